@@ -1,0 +1,130 @@
+"""Text to speech: Piper, one sentence at a time, plus markdown cleaning for speech.
+
+``synthesize`` is blocking (the turn runner calls it through ``asyncio.to_thread``). The
+history keeps the model's raw text token for token (prefix reuse in llama-server's KV
+cache depends on it); only the copy sent to TTS goes through ``speakable``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from piper import PiperVoice
+
+log = logging.getLogger(__name__)
+
+_WARMUP_TEXT = "Hello."
+
+# --- markdown -> speech -----------------------------------------------------------------
+_IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_FENCE = re.compile(r"^\s*(```|~~~).*$", re.MULTILINE)
+_RULE = re.compile(r"^\s*([-*_])(\s*\1){2,}\s*$", re.MULTILINE)  # ---, ***, ___
+_HEADING = re.compile(r"^\s*#{1,6}\s+")
+_QUOTE = re.compile(r"^\s*>+\s?")
+_BULLET = re.compile(r"^\s*(?:(?:[-*+•‣◦]|\d{1,3}[.)])\s+)+")  # also "1. - item"
+# Emphasis markers touching a word. A lone " * " is not markdown emphasis (it may be a
+# multiplication), and unbalanced markers are normal: the splitter cuts bold spans.
+_STARS = re.compile(r"\*+(?=\S)|(?<=\S)\*+")
+_UNDERSCORES = re.compile(r"__+")
+_SPACES = re.compile(r"[ \t]+")
+_END_PUNCT = ".!?:;,"
+_SPEAKABLE = re.compile(r"\w")
+
+
+def speakable(text: str) -> str:
+    """Markdown that small models produce, cleaned for a voice: emphasis and code marks,
+    headings, list bullets and numbers, links (their text is kept). Idempotent."""
+    text = _IMAGE.sub(r"\1", text)
+    text = _LINK.sub(r"\1", text)
+    text = _FENCE.sub("", text)
+    text = _RULE.sub("", text)
+    lines = [_clean_line(line) for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    return " ".join(_pause_after(line, last=i == len(lines) - 1) for i, line in enumerate(lines))
+
+
+def _clean_line(line: str) -> str:
+    line = _HEADING.sub("", line)
+    line = _QUOTE.sub("", line)
+    line = _BULLET.sub("", line)
+    line = _STARS.sub("", line)
+    line = _UNDERSCORES.sub("", line)
+    line = line.replace("`", "")
+    return _SPACES.sub(" ", line).strip()
+
+
+def _pause_after(line: str, *, last: bool) -> str:
+    # A heading or list item runs straight into the next line once newlines are gone;
+    # a period gives the voice the pause a reader sees.
+    return line if last or line[-1] in _END_PUNCT else line + "."
+
+
+# --- Piper ----------------------------------------------------------------------------
+class PiperTts:
+    """A Piper voice, loaded once; ``synthesize`` returns int16 mono at ``sample_rate``."""
+
+    def __init__(self, model_path: Path, config_path: Path | None = None, *,
+                 threads: int | None = None) -> None:
+        self.model_path = Path(model_path)
+        self.config_path = Path(config_path or f"{model_path}.json")
+        self.threads = threads
+        # Read now (cheap, no onnxruntime) so sinks can be opened before the model loads.
+        self._config = json.loads(self.config_path.read_text(encoding="utf-8"))
+        self.sample_rate: int = int(self._config["audio"]["sample_rate"])
+        self._voice: PiperVoice | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._voice is not None
+
+    def load(self) -> None:
+        """Load the ONNX model (once) and synthesize a warm-up sentence."""
+        if self._voice is not None:
+            return
+        started = time.monotonic()
+        self._voice = self._load_voice()
+        loaded = time.monotonic()
+        self.synthesize(_WARMUP_TEXT)  # first run allocates onnxruntime's buffers
+        log.info("piper voice %s loaded in %.0f ms (+%.0f ms warm-up), threads=%s",
+                 self.model_path.name, (loaded - started) * 1000,
+                 (time.monotonic() - loaded) * 1000, self.threads or "onnxruntime default")
+
+    def _load_voice(self) -> PiperVoice:
+        # PiperVoice.load() has no thread option (only use_cuda), so build the voice the
+        # same way it does, with our own SessionOptions: the split of the 2 cores between
+        # llama-server, Whisper and Piper is a tuning knob for first-audio latency.
+        import onnxruntime
+        from piper import PiperVoice
+        from piper.config import PiperConfig
+
+        options = onnxruntime.SessionOptions()
+        if self.threads is not None:
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+        session = onnxruntime.InferenceSession(str(self.model_path), sess_options=options,
+                                               providers=["CPUExecutionProvider"])
+        return PiperVoice(session=session, config=PiperConfig.from_dict(self._config))
+
+    def synthesize(self, text: str) -> np.ndarray:
+        """int16 mono samples for ``text`` (cleaned with ``speakable`` first; calling it
+        beforehand is harmless). Empty or unspeakable text gives an empty array."""
+        spoken = speakable(text)
+        if not _SPEAKABLE.search(spoken):
+            return np.zeros(0, dtype=np.int16)
+        if self._voice is None:
+            self.load()
+        assert self._voice is not None
+        # Piper yields one AudioChunk per sentence it finds in the text.
+        chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(spoken)]
+        if not chunks:
+            return np.zeros(0, dtype=np.int16)
+        return np.concatenate(chunks).astype(np.int16, copy=False)
