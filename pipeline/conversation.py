@@ -1,0 +1,43 @@
+"""Conversation history and the cache-friendly prompt.
+
+llama-server reuses a slot's KV cache for the longest common *token prefix from the
+start* of the prompt. So the prompt is laid out fixed-first: the system prompt, then the
+history exactly as it was sent and generated, then the new user message, and anything
+that changes per turn (the time, say) at the very end. One changed token near the front
+would force every token after it to be recomputed on every turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a friendly voice assistant. Your answers are spoken aloud, so answer in two "
+    "to four short, plain sentences. Do not use lists, headings or markdown."
+)
+
+Message = dict[str, str]
+
+
+@dataclass
+class Conversation:
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    history: list[Message] = field(default_factory=list)
+    max_messages: int = 40  # oldest pairs dropped beyond this (breaks the prefix once, rarely)
+
+    def messages_for(self, user_text: str, volatile: str | None = None) -> list[Message]:
+        """The prompt for a new user message; ``volatile`` text goes last of all."""
+        user = user_text if not volatile else f"{user_text}\n\n({volatile})"
+        return [{"role": "system", "content": self.system_prompt}, *self.history,
+                {"role": "user", "content": user}]
+
+    def commit(self, sent: list[Message], assistant_raw: str) -> None:
+        """Record a finished turn. ``sent`` is the prompt as sent (its last message is
+        the user's) and ``assistant_raw`` the model's text token for token, so the next
+        prompt starts with exactly the tokens the slot already holds."""
+        self.history.extend([sent[-1], {"role": "assistant", "content": assistant_raw}])
+        while len(self.history) > self.max_messages:
+            del self.history[:2]
+
+    def to_json(self) -> dict[str, object]:
+        return {"system_prompt": self.system_prompt, "history": list(self.history)}

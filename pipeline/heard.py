@@ -1,0 +1,89 @@
+"""What the user actually heard of a reply, exact to the sample.
+
+The history must keep the model's raw text token for token (anything else breaks the KV
+prefix at that message), but after a barge-in it must not claim the assistant said what
+was never played. So the raw text is cut inside the sentence that was playing, in
+proportion to the samples played, back to a word boundary, and marked as interrupted.
+Everything before the cut is still the raw text, so the next turn reuses the prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INTERRUPTED_MARK = " [interrupted]"
+
+
+@dataclass
+class _Sentence:
+    text: str
+    start: int  # span in the raw text (-1 when the splitter's text was not found in it)
+    end: int
+    samples: int | None = None  # synthesized length
+    played: int = 0
+
+
+class HeardText:
+    def __init__(self) -> None:
+        self.raw = ""
+        self.sentences: list[_Sentence] = []
+        self._cursor = 0
+
+    def add_raw(self, text: str) -> None:
+        self.raw += text
+
+    def add_sentence(self, text: str) -> int:
+        """Register a released sentence; returns its index."""
+        start = self.raw.find(text, self._cursor)
+        if start < 0:
+            self.sentences.append(_Sentence(text, -1, -1))
+        else:
+            self._cursor = start + len(text)
+            self.sentences.append(_Sentence(text, start, self._cursor))
+        return len(self.sentences) - 1
+
+    def set_audio(self, index: int, samples: int) -> None:
+        self.sentences[index].samples = samples
+
+    def set_played(self, index: int, samples: int) -> None:
+        self.sentences[index].played = samples
+
+    def reply(self, complete: bool = True) -> str:
+        """The raw reply for the history: all of it when the model finished, else up to
+        the end of the last released sentence (what was cut off was never spoken)."""
+        if complete or not self.sentences:
+            return self.raw
+        ends = [s.end for s in self.sentences if s.end >= 0]
+        return self.raw[: max(ends)] if ends else self.raw
+
+    def _heard_cut(self) -> tuple[int, bool]:
+        """(position in raw text where hearing stopped, whether it stopped mid-sentence)."""
+        cut = 0
+        for s in self.sentences:
+            if s.samples is None or s.start < 0:
+                break
+            if s.played >= s.samples:
+                cut = s.end
+                continue
+            if s.played > 0:
+                chars = int(len(s.text) * s.played / max(s.samples, 1))
+                head = s.text[:chars]
+                if " " in head:  # back to a word boundary: no half-words in the history
+                    head = head[: head.rfind(" ")]
+                else:
+                    head = ""
+                cut = s.start + len(head) if head else cut
+            return cut, True
+        return cut, False
+
+    def heard_raw(self) -> str:
+        """Raw text up to where playback stopped, marked as interrupted."""
+        cut, _ = self._heard_cut()
+        return self.raw[:cut].rstrip() + INTERRUPTED_MARK
+
+    def heard_text(self) -> str:
+        cut, _ = self._heard_cut()
+        return self.raw[:cut].strip()
+
+    def played_samples(self) -> list[int]:
+        return [s.played for s in self.sentences]

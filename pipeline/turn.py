@@ -1,0 +1,350 @@
+"""One conversational turn: ASR -> LLM -> splitter -> TTS -> playback.
+
+The stages run as tasks of one ``TaskSet`` connected by queues; every moment is recorded
+through the turn's ``EventRecorder`` and the metrics come from that log afterwards.
+
+Two modes share the same stages and the same prompt:
+- ``streamed``: a sentence goes to TTS the moment the splitter releases it, and playback
+  starts with the first sentence while the model is still writing the rest;
+- ``serial``: the lab's starting point - the whole reply, then all of its speech, then play.
+
+``TurnRunner.interrupt()`` is how barge-in stops a turn: the sink goes silent within one
+block, queued and running TTS is dropped, the LLM connection is *closed* (an unread open
+connection keeps llama-server generating on the CPU the next turn needs), and /slots is
+polled until the server's slot is idle. The history then keeps only what was heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from pipeline.conversation import Conversation, Message
+from pipeline.events import Event, EventRecorder, Listener
+from pipeline.heard import HeardText
+from pipeline.llm_client import (
+    ChatOptions,
+    ChatStream,
+    Finished,
+    LlmClient,
+    LlmError,
+    RoleChunk,
+    TokenDelta,
+)
+from pipeline.metrics import turn_metrics
+from pipeline.splitter import SentenceSplitter, SpeechChunker
+from pipeline.tasks import TaskSet
+from pipeline.tts import speakable
+
+log = logging.getLogger(__name__)
+MODES = ("streamed", "serial")
+_END = None  # queue sentinel: the producer is done
+
+
+class Transcriber(Protocol):
+    def transcribe(self, audio: np.ndarray) -> str: ...
+
+
+class Synthesizer(Protocol):
+    sample_rate: int
+
+    def synthesize(self, text: str) -> np.ndarray: ...
+
+
+class Sink(Protocol):
+    async def play(self, samples: np.ndarray) -> int: ...
+    def stop(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+class TurnError(Exception):
+    """A stage failed in a way the user can understand (message is one line)."""
+
+
+@dataclass
+class TurnConfig:
+    mode: str = "streamed"
+    max_tokens: int = 160
+    max_sentences: int | None = 4  # then the stream is closed: the server stops generating
+    first_max_chars: int | None = 120  # soft cut of a long first sentence at a clause mark
+    temperature: float = 0.3
+    seed: int | None = 1234
+    slot_idle_timeout: float = 1.0
+    volatile: Callable[[], str | None] | None = None  # per-turn text, placed last
+
+
+@dataclass
+class TurnResult:
+    turn: int
+    mode: str
+    transcript: str = ""
+    reply: str = ""  # raw generated text as kept in the history
+    heard: str = ""  # what the user actually heard
+    interrupted: bool = False
+    error: str | None = None
+    events: list[Event] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class TurnRunner:
+    """Runs turns of one conversation against one LLM client, TTS and sink."""
+
+    def __init__(self, asr: Transcriber | None, llm: LlmClient, tts: Synthesizer, sink: Sink,
+                 conversation: Conversation | None = None, config: TurnConfig | None = None,
+                 listeners: list[Listener] | None = None) -> None:
+        self.asr, self.llm, self.tts, self.sink = asr, llm, tts, sink
+        self.conversation = conversation or Conversation()
+        self.config = config or TurnConfig()
+        self.listeners = list(listeners or [])
+        self.turns = 0
+        self._current: _Turn | None = None
+
+    async def run(self, audio: np.ndarray | None = None, *, text: str | None = None,
+                  t0: float | None = None, mode: str | None = None) -> TurnResult:
+        """One turn from the user's audio (or text, skipping ASR). ``t0`` is the monotonic
+        time the user stopped speaking; default: now."""
+        mode = mode or self.config.mode
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.turns += 1
+        rec = EventRecorder(self.turns, t0, self.listeners)
+        turn = _Turn(self, rec, mode)
+        self._current = turn
+        try:
+            return await turn.run(audio, text)
+        finally:
+            self._current = None
+            self.sink.resume()
+
+    @property
+    def speaking(self) -> bool:
+        return self._current is not None and self._current.playing
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    def interrupt(self, source: str = "user") -> bool:
+        """Barge-in: stop the current turn. Returns False when no turn is running."""
+        if self._current is None:
+            return False
+        self._current.interrupt(source)
+        return True
+
+
+class _Turn:
+    def __init__(self, runner: TurnRunner, rec: EventRecorder, mode: str) -> None:
+        self.r, self.rec, self.mode = runner, rec, mode
+        self.cfg = runner.config
+        self.tasks = TaskSet(f"turn{rec.turn}")
+        self.text_q: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
+        self.audio_q: asyncio.Queue[tuple[int, np.ndarray] | None] = asyncio.Queue()
+        self.heard = HeardText()
+        self.stream: ChatStream | None = None
+        self.playing = False
+        self.interrupted: asyncio.Event = asyncio.Event()
+        self.finished_llm: Finished | None = None
+        self.hangup: asyncio.Task[None] | None = None
+
+    # -- the turn ---------------------------------------------------------------------
+    async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
+        result = TurnResult(self.rec.turn, self.mode)
+        self.rec.emit("turn.start", mode=self.mode)
+        try:
+            result.transcript = await self.transcribe(audio, text)
+            sent = self.r.conversation.messages_for(result.transcript, self.volatile())
+            await self.run_stages(sent)
+            result.reply = self.heard.reply(complete=self.finished_llm is not None)
+            result.interrupted = self.interrupted.is_set()
+            result.heard = self.heard.heard_text() if result.interrupted else result.reply
+            kept = self.heard.heard_raw() if result.interrupted else result.reply
+            self.r.conversation.commit(sent, kept)
+        except (TurnError, LlmError) as e:
+            result.error = str(e)
+            self.rec.emit("turn.error", message=result.error)
+        finally:
+            await self.tasks.cancel_all()
+            if self.stream is not None:
+                await self.stream.aclose()
+        result.events = list(self.rec.events)
+        result.metrics = turn_metrics(result.events, self.mode)
+        self.rec.emit("turn.end", metrics=result.metrics)
+        result.events = list(self.rec.events)
+        return result
+
+    def volatile(self) -> str | None:
+        return self.cfg.volatile() if self.cfg.volatile else None
+
+    async def transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
+        if text is not None:
+            return text
+        if audio is None or self.r.asr is None:
+            raise TurnError("no audio and no text for this turn")
+        self.rec.emit("asr.start", audio_s=round(len(audio) / 16000, 3))
+        try:
+            transcript = (await asyncio.to_thread(self.r.asr.transcribe, audio)).strip()
+        except Exception as e:  # a model failure ends this turn, not the conversation
+            log.exception("ASR failed")
+            raise TurnError(f"speech recognition failed: {e}") from e
+        self.rec.emit("asr.end", text=transcript)
+        if not transcript:
+            raise TurnError("heard no speech in this turn (silence or noise only)")
+        return transcript
+
+    async def run_stages(self, sent: list[Message]) -> None:
+        stages = [self.tasks.spawn("llm", self.llm_stage(sent)),
+                  self.tasks.spawn("tts", self.tts_stage()),
+                  self.tasks.spawn("playback", self.playback_stage())]
+        # The first stage to fail ends the turn; the others are cancelled by run().
+        for fut in asyncio.as_completed(stages):
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if not self.interrupted.is_set():
+                    raise
+            except LlmError:
+                if not self.interrupted.is_set():  # a hang-up may surface as a read error
+                    raise
+            except TurnError:
+                raise
+            except Exception as e:
+                log.exception("stage failed")
+                raise TurnError(f"pipeline stage failed: {type(e).__name__}: {e}") from e
+        if self.hangup is not None:
+            await self.hangup
+            await self.confirm_slot_idle()
+
+    # -- stages ---------------------------------------------------------------------
+    async def llm_stage(self, sent: list[Message]) -> None:
+        opts = ChatOptions(max_tokens=self.cfg.max_tokens, cache_prompt=True,
+                           temperature=self.cfg.temperature, seed=self.cfg.seed,
+                           extra={"timings_per_token": True})
+        chunker = SpeechChunker(SentenceSplitter(), max_sentences=self.cfg.max_sentences,
+                                first_max_chars=self.cfg.first_max_chars)
+        held: list[tuple[int, str]] = []  # serial mode releases everything at the end
+        try:
+            async with self.r.llm.stream_chat(sent, opts) as stream:
+                self.stream = stream
+                async for ev in stream:
+                    if self.rec.first("llm.request") is None:  # request_at is set on send
+                        self.rec.emit("llm.request", at=stream.request_at)
+                    self.on_stream_event(ev, chunker, held)
+                    if chunker.done:  # enough sentences: hang up so the server stops
+                        break
+                for sentence in chunker.flush():
+                    self.release(sentence, held)
+            self.stream = None
+            if self.finished_llm is None:
+                self.rec.emit("llm.closed", at=stream.closed_at, reason="max_sentences")
+                # timings_per_token: the last chunk read still tells prompt_n/cache_n
+                self.rec.emit("llm.end", finish_reason="max_sentences",
+                              timings=stream.last_timings)
+        finally:
+            for item in held:
+                self.text_q.put_nowait(item)
+            self.text_q.put_nowait(_END)
+
+    def on_stream_event(self, ev: object, chunker: SpeechChunker,
+                        held: list[tuple[int, str]]) -> None:
+        if isinstance(ev, RoleChunk):
+            self.rec.emit("llm.first_chunk", at=ev.t)
+        elif isinstance(ev, TokenDelta):
+            if self.rec.first("llm.first_token") is None:
+                self.rec.emit("llm.first_token", at=ev.t)
+            self.heard.add_raw(ev.text)
+            for sentence in chunker.feed(ev.text):
+                self.release(sentence, held)
+        elif isinstance(ev, Finished):
+            self.finished_llm = ev
+            self.rec.emit("llm.end", at=ev.t, finish_reason=ev.finish_reason,
+                          timings=ev.timings)
+
+    def release(self, sentence: str, held: list[tuple[int, str]]) -> None:
+        index = self.heard.add_sentence(sentence)
+        self.rec.emit("splitter.sentence", index=index, text=sentence)
+        if self.mode == "streamed":
+            self.text_q.put_nowait((index, sentence))
+        else:
+            held.append((index, sentence))
+
+    async def tts_stage(self) -> None:
+        held: list[tuple[int, np.ndarray]] = []
+        try:
+            while (item := await self.text_q.get()) is not _END:
+                index, sentence = item
+                self.rec.emit("tts.start", index=index)
+                audio = await asyncio.to_thread(self.r.tts.synthesize, speakable(sentence))
+                self.heard.set_audio(index, len(audio))
+                self.rec.emit("tts.end", index=index,
+                              audio_s=round(len(audio) / self.r.tts.sample_rate, 3))
+                if self.mode == "streamed":
+                    self.audio_q.put_nowait((index, audio))
+                else:
+                    held.append((index, audio))
+        finally:
+            for a in held:
+                self.audio_q.put_nowait(a)
+            self.audio_q.put_nowait(_END)
+
+    async def playback_stage(self) -> None:
+        started = False
+        while (item := await self.audio_q.get()) is not _END:
+            index, audio = item
+            if len(audio) == 0:
+                continue
+            if not started:
+                self.rec.emit("playback.start", index=index)
+                started = True
+            self.playing = True
+            played = await self.r.sink.play(audio)
+            self.playing = False
+            self.heard.set_played(index, played)
+            if self.interrupted.is_set():
+                self.rec.emit("playback.stopped", index=index, played_samples=played)
+                return
+        if started:
+            self.rec.emit("playback.end")
+
+    # -- barge-in -------------------------------------------------------------------
+    def interrupt(self, source: str) -> None:
+        if self.interrupted.is_set():
+            return
+        self.rec.emit("bargein.detected", source=source, playing=self.playing)
+        self.interrupted.set()
+        self.r.sink.stop()  # silence first: the user is talking
+        if not self.playing:
+            self.rec.emit("playback.stopped", index=None, played_samples=0)
+        self.tasks.cancel("tts")
+        if not self.playing:  # waiting for audio that will never come
+            self.tasks.cancel("playback")
+        self.hangup = self.tasks.spawn("hangup", self.hang_up())
+
+    async def hang_up(self) -> None:
+        stream = self.stream
+        self.tasks.cancel("llm")
+        if stream is not None:
+            await stream.aclose()
+            self.rec.emit("llm.closed", at=stream.closed_at or time.monotonic(),
+                          reason="bargein")
+
+    async def confirm_slot_idle(self) -> None:
+        """Poll /slots until no slot is processing: proof that the server stopped."""
+        deadline = time.monotonic() + self.cfg.slot_idle_timeout
+        while time.monotonic() < deadline:
+            try:
+                slots = await self.r.llm.get_json("/slots")
+            except LlmError as e:
+                self.rec.emit("server.slot_idle", confirmed=False, reason=str(e))
+                return
+            if not any(s.get("is_processing") for s in slots):
+                self.rec.emit("server.slot_idle", confirmed=True)
+                return
+            await asyncio.sleep(0.005)
+        self.rec.emit("server.slot_idle", confirmed=False,
+                      reason=f"slot still busy after {self.cfg.slot_idle_timeout:.1f} s")

@@ -1,0 +1,60 @@
+"""What the user heard: history truncation exact to the played samples."""
+
+from pipeline.heard import INTERRUPTED_MARK, HeardText
+
+
+def make(raw: str, sentences: list[str], samples: list[int]) -> HeardText:
+    h = HeardText()
+    h.add_raw(raw)
+    for i, (s, n) in enumerate(zip(sentences, samples, strict=True)):
+        assert h.add_sentence(s) == i
+        h.set_audio(i, n)
+    return h
+
+
+RAW = "Sleep at the same time. Avoid screens before bed. Keep the room cool."
+SENTS = ["Sleep at the same time.", "Avoid screens before bed.", "Keep the room cool."]
+
+
+def test_fully_played_sentences_are_kept_raw() -> None:
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    h.set_played(0, 1000)
+    h.set_played(1, 1000)
+    assert h.heard_text() == "Sleep at the same time. Avoid screens before bed."
+    assert h.heard_raw() == "Sleep at the same time. Avoid screens before bed." + INTERRUPTED_MARK
+
+
+def test_partial_sentence_cut_in_proportion_at_a_word_boundary() -> None:
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    h.set_played(0, 1000)
+    h.set_played(1, 500)  # half of "Avoid screens before bed." is "Avoid screen" -> "Avoid"
+    assert h.heard_text() == "Sleep at the same time. Avoid"
+    assert RAW.startswith(h.heard_raw().removesuffix(INTERRUPTED_MARK))
+
+
+def test_one_sample_less_than_the_whole_sentence_is_still_partial() -> None:
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    h.set_played(0, 999)
+    assert h.heard_text() == "Sleep at the same"
+    h.set_played(0, 1000)
+    assert h.heard_text() == "Sleep at the same time."
+
+
+def test_nothing_played_keeps_nothing_but_the_mark() -> None:
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    assert h.heard_text() == ""
+    assert h.heard_raw() == INTERRUPTED_MARK
+
+
+def test_reply_cut_by_max_sentences_ends_at_last_sentence() -> None:
+    h = make(RAW + " And", SENTS, [1, 1, 1])
+    assert h.reply(complete=False) == RAW
+    assert h.reply(complete=True) == RAW + " And"
+
+
+def test_sentences_are_located_in_order_even_when_repeated() -> None:
+    h = HeardText()
+    h.add_raw("Yes. Yes. No.")
+    for s in ["Yes.", "Yes.", "No."]:
+        h.add_sentence(s)
+    assert [(s.start, s.end) for s in h.sentences] == [(0, 4), (5, 9), (10, 13)]
