@@ -307,3 +307,15 @@ def test_real_server_up_status_down(run: Run, state: Path) -> None:
     finally:
         code, out, _ = run("down")
     assert code == 0 and "stopped" in out
+
+
+@pytest.mark.integration
+def test_llama_server_fixture_serves_the_bundled_model(llama_server: object) -> None:
+    from services.llama_server import probe
+
+    url, log_path, pid = (getattr(llama_server, a) for a in ("url", "log_path", "pid"))
+    status = probe(url)
+    assert status.health == "ok" and status.n_ctx == 4096
+    assert [s.get("is_processing") for s in status.slots] == [False]  # -np 1: one idle slot
+    assert "--cache-ram" in Path(f"/proc/{pid}/cmdline").read_text()
+    assert "listening" in log_path.read_text()
