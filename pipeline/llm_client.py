@@ -1,0 +1,473 @@
+"""Streaming client for llama-server's OpenAI-compatible ``/v1/chat/completions``.
+
+One request is one ``ChatStream``: an async context manager and an async iterator of typed,
+monotonic-timestamped events::
+
+    async with client.stream_chat(messages, ChatOptions(max_tokens=64)) as stream:
+        async for ev in stream:          # ResponseStarted, RoleChunk, TokenDelta..., Finished
+            ...
+    stream.closed_at                      # when the TCP connection was closed
+
+The POST is sent when iteration starts, so everything that can fail or be cancelled happens
+inside the ``async with`` body. Leaving the block by any path -- normal end, ``break``, an
+exception, cancellation of the consuming task -- closes the TCP connection at once. That
+close is what makes llama-server cancel the generation ("cancel task" in its log); a socket
+that is merely not read lets the server generate to the end and hold the CPU.
+
+Errors (``str(e)`` is one line saying what went wrong and what to do)::
+
+    LlmError
+    ├── LlmUnreachable   nothing answers at the URL: connection refused, DNS, connect timeout
+    ├── LlmHttpError     4xx/5xx before the stream started (.status, .body, server message)
+    ├── LlmStreamError   {"error": ...} in the stream, malformed chunk, connection lost or
+    │                    stream ended before [DONE] / finish_reason
+    └── LlmTimeout       no bytes from the server for ``read_timeout`` seconds
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from pipeline.sse import SseParser
+
+log = logging.getLogger(__name__)
+
+CHAT_PATH = "/v1/chat/completions"
+_HINT_UP = "start one with 'voice-llm up'"
+
+
+# --- events ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ResponseStarted:
+    """Response headers received (llama-server sends them with the first chunk)."""
+
+    t: float
+    status: int
+
+
+@dataclass(frozen=True)
+class RoleChunk:
+    """The role-only first chunk (``delta.role``, ``content: null``). Not a token: counting it
+    would make TTFT look shorter than it is."""
+
+    t: float
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """A non-empty ``delta.content``; the first one marks TTFT."""
+
+    t: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The stream ended normally. ``t`` is when the chunk carrying ``finish_reason`` arrived;
+    ``timings``/``usage`` are the server's (empty dicts when it sent none)."""
+
+    t: float
+    finish_reason: str | None
+    timings: dict[str, Any]
+    usage: dict[str, Any]
+
+
+StreamEvent = ResponseStarted | RoleChunk | TokenDelta | Finished
+
+
+# --- errors ----------------------------------------------------------------------------
+
+class LlmError(Exception):
+    """Base of all client errors; ``str(e)`` is one line for the user."""
+
+
+class LlmUnreachable(LlmError):
+    """Nothing answers at the URL."""
+
+
+class LlmHttpError(LlmError):
+    """An HTTP error status before streaming started."""
+
+    def __init__(self, message: str, *, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class LlmStreamError(LlmError):
+    """The stream broke after it started."""
+
+
+class LlmTimeout(LlmError):
+    """The server went silent for longer than the read timeout."""
+
+
+# --- request options -------------------------------------------------------------------
+
+@dataclass
+class ChatOptions:
+    max_tokens: int | None = None
+    cache_prompt: bool = True  # reuse the slot's KV for the common prefix (llama-server)
+    temperature: float | None = None
+    seed: int | None = None
+    id_slot: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # passed through as-is
+
+    def request_body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": messages, "cache_prompt": self.cache_prompt}
+        optional = {"max_tokens": self.max_tokens, "temperature": self.temperature,
+                    "seed": self.seed, "id_slot": self.id_slot}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        body.update(self.extra)
+        body["stream"] = True  # this client only reads event streams
+        return body
+
+
+# --- the client ------------------------------------------------------------------------
+
+class LlmClient:
+    """An aiohttp session bound to one llama-server. Use as ``async with`` or call
+    ``close()``; the session is created lazily inside the running loop."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8080", *,
+                 connect_timeout: float = 5.0, read_timeout: float = 30.0,
+                 api_key: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._api_key = api_key
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> LlmClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def stream_chat(self, messages: list[dict[str, str]],
+                    options: ChatOptions | None = None) -> ChatStream:
+        """A stream for one chat request; nothing is sent until iteration starts."""
+        return ChatStream(self, (options or ChatOptions()).request_body(messages))
+
+    async def get_json(self, path: str) -> Any:
+        """GET ``path`` (``/health``, ``/props``, ``/slots``) and decode its JSON."""
+        session = self._ensure_session()
+        try:
+            async with session.get(self.base_url + path) as response:
+                text = await response.text(errors="replace")
+                if response.status >= 400:
+                    raise _http_error(path, response.status, text)
+        except aiohttp.ClientError as exc:
+            raise self._request_error(exc, path) from exc
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise LlmError(f"llama-server at {self.base_url} answered {path} with "
+                           f"non-JSON: {_one_line(text)[:120]!r}") from exc
+
+    # The pieces below are used by ChatStream.
+
+    def _ensure_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            # force_close: no keep-alive pool. A stream's connection must never be handed
+            # back for reuse (closing it is the cancel signal), and a pooled idle socket the
+            # server has timed out would make the next POST fail spuriously.
+            connector = aiohttp.TCPConnector(force_close=True)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout,
+                                            sock_read=self.read_timeout)
+            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                                  headers=headers)
+        return self._session
+
+    async def _post_chat(self, body: dict[str, Any]) -> aiohttp.ClientResponse:
+        """Send the chat request; return the response once a 2xx status arrived."""
+        session = self._ensure_session()
+        try:
+            response = await session.post(self.base_url + CHAT_PATH, json=body,
+                                          headers={"Accept": "text/event-stream"})
+            if response.status < 400:
+                return response
+            try:
+                text = await response.text(errors="replace")
+            finally:
+                response.close()
+        except aiohttp.ClientError as exc:
+            raise self._request_error(exc, CHAT_PATH) from exc
+        raise _http_error(CHAT_PATH, response.status, text)
+
+    def _request_error(self, exc: aiohttp.ClientError, path: str) -> LlmError:
+        """Translate an aiohttp failure before/while reading a response."""
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return LlmUnreachable(f"no answer from {self.base_url} within "
+                                  f"{self.connect_timeout:g} s (is llama-server running? "
+                                  f"{_HINT_UP})")
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            return LlmUnreachable(f"no llama-server at {self.base_url} ({_HINT_UP})")
+        if isinstance(exc, aiohttp.ServerTimeoutError):
+            return self._timeout_error(path)
+        return LlmStreamError(f"connection to llama-server at {self.base_url} failed on "
+                              f"{path} ({_describe(exc)}); check the server log")
+
+    def _timeout_error(self, path: str) -> LlmTimeout:
+        return LlmTimeout(f"llama-server at {self.base_url} sent nothing for "
+                          f"{self.read_timeout:g} s on {path} (stuck or overloaded? check "
+                          f"its log, or raise read_timeout)")
+
+
+class ChatStream:
+    """One streamed chat request. See the module docstring for the life cycle."""
+
+    def __init__(self, client: LlmClient, body: dict[str, Any]) -> None:
+        self.body = body
+        self.request_at: float = time.monotonic()  # reset just before the POST is sent
+        self.closed_at: float | None = None
+        self.finished: Finished | None = None
+        self.text = ""  # raw generated text, token for token (history must keep it raw)
+        # Optional tap on every raw SSE data payload, (arrival monotonic time, payload);
+        # for tools that show the wire format (scripts/sse.py). Set before iterating.
+        self.on_payload: Callable[[float, str], None] | None = None
+        self._client = client
+        self._parser = SseParser()
+        self._pending: deque[StreamEvent] = deque()
+        self._request: asyncio.Task[aiohttp.ClientResponse] | None = None
+        self._response: aiohttp.ClientResponse | None = None
+        self._error: LlmError | None = None
+        self._done = False  # no more events will come (ended, failed or closed)
+        self._closing = False  # aclose() was called: connection errors are expected
+        self._role_seen = False
+        self._finish_reason: str | None = None
+        self._finish_t: float | None = None
+        self._timings: dict[str, Any] = {}
+        self._usage: dict[str, Any] = {}
+
+    async def __aenter__(self) -> ChatStream:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    @property
+    def last_timings(self) -> dict[str, Any]:
+        """The latest server ``timings`` seen (every chunk carries them when the request
+        sets ``timings_per_token``), so a stream closed early still knows prompt_n/cache_n."""
+        return dict(self._timings)
+
+    def __aiter__(self) -> ChatStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        while not self._pending:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            if self._done:
+                raise StopAsyncIteration
+            await self._advance()
+        return self._pending.popleft()
+
+    async def aclose(self) -> None:
+        """Close the connection now (barge-in). Idempotent; safe from another task, in which
+        case the consumer's iteration simply ends."""
+        if self.closed_at is not None:
+            return
+        self._closing = True
+        self._done = True
+        request = self._request
+        if request is not None and not request.done():
+            request.cancel()  # aiohttp closes the half-open connection itself
+            await asyncio.wait({request})
+        if request is not None and request.done() and not request.cancelled():
+            if request.exception() is None and self._response is None:
+                self._response = request.result()  # headers won the race with cancel()
+        self._close_connection()
+
+    # --- reading ---------------------------------------------------------------------
+
+    async def _advance(self) -> None:
+        """Produce the next events (or end / fail the stream)."""
+        try:
+            if self._response is None:
+                await self._start()
+            else:
+                self._consume(await self._read())
+        except LlmError:
+            self._done = True
+            self._close_connection()
+            raise
+
+    async def _start(self) -> None:
+        self.request_at = time.monotonic()
+        self._request = asyncio.create_task(self._client._post_chat(self.body),
+                                            name="llm-post")
+        try:
+            response = await self._request
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closing and task is not None and not task.cancelling():
+                return  # aclose() from another task cancelled the POST: just end
+            raise
+        now = time.monotonic()
+        self._response = response
+        log.debug("llm response %s after %.1f ms", response.status,
+                  (now - self.request_at) * 1000)
+        if response.content_type != "text/event-stream":
+            raise LlmStreamError(f"llama-server at {self._client.base_url} answered "
+                                 f"{response.content_type!r}, not an event stream; is it "
+                                 f"really llama-server?")
+        self._pending.append(ResponseStarted(now, response.status))
+
+    async def _read(self) -> bytes:
+        assert self._response is not None
+        try:
+            return await self._response.content.readany()
+        except aiohttp.ServerTimeoutError as exc:
+            raise self._client._timeout_error(CHAT_PATH) from exc
+        except aiohttp.ClientError as exc:
+            if self._closing:
+                return b""  # our own aclose() from another task
+            raise LlmStreamError(f"connection to llama-server at {self._client.base_url} "
+                                 f"was lost mid-stream ({_describe(exc)}); the reply is "
+                                 f"incomplete, check the server log") from exc
+
+    def _consume(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if not data:
+            self._end_of_body()
+            return
+        now = time.monotonic()
+        for payload in self._parser.feed(data):
+            if self.on_payload is not None:
+                self.on_payload(now, payload)
+            try:
+                self._handle(payload, now)
+            except LlmStreamError as exc:
+                # Events already queued from this read are delivered before the error.
+                self._error = exc
+                self._done = True
+                self._close_connection()
+                return
+            if self._done:
+                return  # [DONE]: anything after it is not ours
+
+    def _handle(self, payload: str, t: float) -> None:
+        if payload == "[DONE]":
+            self._finish(t)
+            return
+        chunk = _decode_chunk(payload)
+        if "error" in chunk:
+            raise LlmStreamError("llama-server reported an error mid-stream: "
+                                 f"{_error_message(chunk['error'])}")
+        if isinstance(chunk.get("timings"), dict):
+            self._timings = chunk["timings"]
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            self._handle_choice(choices[0], t)
+
+    def _handle_choice(self, choice: dict[str, Any], t: float) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            if "role" in delta and not self._role_seen:
+                self._role_seen = True
+                self._pending.append(RoleChunk(t))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self.text += content
+                self._pending.append(TokenDelta(t, content))
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self._finish_reason = str(reason)
+            self._finish_t = t
+
+    def _finish(self, t: float) -> None:
+        t_finish = self._finish_t if self._finish_t is not None else t
+        self.finished = Finished(t_finish, self._finish_reason, self._timings, self._usage)
+        self._pending.append(self.finished)
+        self._done = True
+        self._close_connection()  # the server is done; release the socket now
+        log.debug("llm finished: %s, %d chars", self._finish_reason, len(self.text))
+
+    def _end_of_body(self) -> None:
+        if self._finish_t is not None:
+            # finish_reason seen but no [DONE]: the reply is complete, accept it.
+            self._finish(self._finish_t)
+            return
+        raise LlmStreamError(f"llama-server at {self._client.base_url} ended the stream "
+                             f"before finishing (no finish_reason, no [DONE]); the reply is "
+                             f"incomplete, check the server log")
+
+    def _close_connection(self) -> None:
+        if self.closed_at is not None:
+            return
+        if self._response is not None:
+            # close(), not release(): the socket must die so the server cancels the task.
+            self._response.close()
+        self.closed_at = time.monotonic()
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+def _decode_chunk(payload: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(payload)
+    except ValueError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        raise LlmStreamError(f"llama-server sent a malformed stream chunk: "
+                             f"{_one_line(payload)[:120]!r}")
+    return chunk
+
+
+def _http_error(path: str, status: int, body: str) -> LlmHttpError:
+    message = _server_message(body) or _one_line(body)[:200] or "no details"
+    return LlmHttpError(f"llama-server answered HTTP {status} on {path}: {message}",
+                        status=status, body=body)
+
+
+def _server_message(body: str) -> str | None:
+    """The message of llama-server's ``{"error": {"message", "type"}}`` body, if any."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and "error" in data:
+        return _error_message(data["error"])
+    return None
+
+
+def _error_message(error: Any) -> str:
+    if isinstance(error, dict):
+        message = _one_line(str(error.get("message", "")))
+        kind = error.get("type")
+        return f"{message} ({kind})" if kind else message or _one_line(json.dumps(error))
+    return _one_line(str(error))
+
+
+def _describe(exc: BaseException) -> str:
+    text = _one_line(str(exc))
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
