@@ -1,0 +1,416 @@
+"""Streaming sentence splitter: LLM tokens in, speakable sentences out, as early as decidable.
+
+The splitter decides when the assistant may start speaking, so it must never cut in the
+wrong place ("3.5", "9 a.m. tomorrow", "Dr. Smith") and never hold a finished sentence back.
+Rules and benchmark: ``docs/splitter.md``. Pure Python: no I/O, no event loop, no model.
+
+API
+---
+``SentenceSplitter()``
+    ``feed(chunk: str) -> list[str]``: the sentences completed by this chunk, stripped.
+    ``flush() -> list[str]``: the rest at the end of the reply (even without punctuation);
+    the splitter is then empty and can be reused. ``reset()`` drops everything (barge-in).
+    ``pending_len`` / ``cut_pending(n)``: the undecided tail of the text, for the soft cut.
+    Any chunking of a text gives the same sentences; nothing but whitespace is ever dropped.
+    Each sentence is an exact substring of the input.
+
+``SpeechChunker(splitter, max_sentences=None, first_max_chars=None)``
+    Pipeline-stage options around a splitter, same ``feed``/``flush`` API:
+
+    - ``max_sentences=N``: once N sentences were released, ``done`` becomes True, the
+      N-th call's output is truncated to N, and later ``feed``/``flush`` return ``[]``.
+      The caller then closes the LLM stream so the server stops generating.
+    - ``first_max_chars=M``: if the *first* sentence grows past M characters with no
+      sentence boundary, release its head at the latest clause boundary seen so far
+      (``,`` ``;`` ``:`` or a dash, followed by whitespace) so speech can start. Only
+      one such cut per reply, and only in the first sentence: later sentences are
+      never cut. A soft-cut head does not count towards ``max_sentences``.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Scanner states.
+_NORMAL = 0  # inside a sentence
+_TERMINAL = 1  # right after . ! ? … (and closers): the next character decides
+_WAIT = 2  # terminal + whitespace, but the period may be an abbreviation: wait for a char
+_CJK = 3  # after 。！？．: no space will come, the next non-closer character ends it
+
+# What a terminal followed by whitespace means (see _classify).
+_DEFINITE = 0  # a boundary now
+_NEVER = 1  # title, initial, list marker: the sentence goes on
+_AMBIG = 2  # a.m., etc., e.g., U.S., "...": ends unless a lowercase word follows
+_AMBIG_NUM = 3  # No., Fig., Jan.: as _AMBIG, and a digit also continues ("No. 5")
+_QUOTED = 4  # ?" ?) or an open «: a lowercase word means the quote was mid-sentence
+
+# What the character after a waiting end says (see _resolve).
+_ENDS = 0  # the sentence ended before the whitespace
+_GOES_ON = 1  # lowercase word: no boundary after all
+_JOINS = 2  # « … ! » : the closing guillemet belongs to the sentence, decide again after it
+
+_TERMINALS = frozenset(".!?…‼⁇⁈⁉‽؟।॥")
+_STRONG = frozenset("!?‼⁇⁈⁉‽؟।॥")  # never an abbreviation
+_CJK_TERMINALS = frozenset("。！？．｡")
+_NEWLINES = frozenset("\n\r\u2028\u2029\x85\x0b\x0c")
+# Closing marks that belong to the sentence they follow: quotes, brackets, markdown emphasis.
+# (“ and ‘ close German quotes: „so“.)
+_CLOSERS = frozenset("\"'”’“‘»)]}」』）】》〉〕*_")
+_QUOTE_CLOSERS = frozenset("\"'”’“‘»」』")
+# A quote or bracket after the terminal may close a quotation inside a longer sentence.
+_HOLD_CLOSERS = _QUOTE_CLOSERS | frozenset(")]}）】》〉〕")
+_OPENERS = "\"'“‘«([{*_¿¡<`~"
+_MARKUP = frozenset("*_~`")  # transparent while waiting for the deciding character
+_BULLETS = "-*•#>+_~`=|"
+# After an abbreviation + space, these continue the sentence like a lowercase word does.
+_CONTINUERS = frozenset(",;:)]}%&–—-/")
+# After 」』 a particle or comma continues a Japanese/Chinese sentence (「はい！」と言った).
+_CJK_CONTINUERS = frozenset("とっ、，")
+# Everything the NORMAL scanner must look at; other characters are just appended.
+_SPECIAL = re.compile(r"[\s.!?…‼⁇⁈⁉‽؟।॥。！？．｡«»]")
+
+TITLES = frozenset({
+    "mr", "mrs", "ms", "mx", "dr", "prof", "st", "mt", "vs", "sr", "sra", "srta",
+    "rev", "gen", "col", "capt", "lt", "sgt", "gov", "sen", "rep", "hon", "pres", "messrs",
+})
+NUMERIC_PREFIXES = frozenset({
+    "no", "nos", "fig", "figs", "vol", "vols", "ch", "chap", "pp", "para", "art", "eq",
+    "ref", "tel", "ext", "op", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "sept", "oct", "nov", "dec",
+})
+ABBREVIATIONS = frozenset({
+    "etc", "approx", "appt", "apt", "dept", "est", "inc", "ltd", "co", "corp", "jr",
+    "al", "cf", "viz", "ca", "ph.d", "min", "mins", "sec", "secs", "hr", "hrs",
+    "avg", "misc", "ft", "oz", "lb", "lbs", "kg", "km", "cm", "mm",
+})
+_DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")  # U.S, e.g, a.m, U.S.A
+_MAX_TOKEN = 64  # longer tokens (URLs) are never abbreviations
+
+
+def _is_cjk(c: str) -> bool:
+    o = ord(c)
+    return (0x3040 <= o <= 0x30FF or 0x3400 <= o <= 0x4DBF or 0x4E00 <= o <= 0x9FFF
+            or 0xF900 <= o <= 0xFAFF)
+
+
+class SentenceSplitter:
+    """Incremental sentence splitter; see the module docstring and docs/splitter.md.
+
+    Work per ``feed`` is proportional to the chunk: the pending sentence is kept as a list
+    of pieces and only joined once, when it is released.
+    """
+
+    def __init__(self, *, titles: frozenset[str] = TITLES,
+                 numeric_prefixes: frozenset[str] = NUMERIC_PREFIXES,
+                 abbreviations: frozenset[str] = ABBREVIATIONS) -> None:
+        self.titles = titles
+        self.numeric_prefixes = numeric_prefixes
+        self.abbreviations = abbreviations
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything fed so far (e.g. on barge-in)."""
+        self._parts: list[str] = []  # pending text not yet released
+        self._parts_len = 0
+        self._state = _NORMAL
+        self._tok = ""  # current whitespace-delimited token (capped)
+        self._prev_tok: str | None = None  # previous token of this sentence; None at start
+        self._word = ""  # the token before the terminal run
+        self._run = ""  # the terminal run: "." "?!" "..."
+        self._closers = ""  # quotes/brackets after the run
+        self._run_prev = ""  # the character before the run (CJK check)
+        self._wait_kind = _DEFINITE
+        self._cut = 0  # pending length at the candidate sentence end while waiting
+        self._guillemets = 0  # open « in this sentence
+        self._fw_decimal = False  # "３．" may become "３．５"
+        self._cjk_quote = False  # 」 after 。 may be followed by a particle
+        self._last = ""  # last character fed
+
+    @property
+    def pending_len(self) -> int:
+        """Length of the raw text fed but not yet released (a suffix of all text fed)."""
+        return self._parts_len
+
+    def cut_pending(self, n: int) -> str:
+        """Release the first ``n`` pending characters now (the pipeline's soft cut).
+
+        The caller picks ``n`` at a clause boundary, before any undecided terminal.
+        """
+        text = "".join(self._parts)
+        n = max(0, min(n, len(text)))
+        head, rest = text[:n], text[n:]
+        self._parts = [rest] if rest else []
+        self._parts_len = len(rest)
+        self._cut = max(0, self._cut - n)
+        return head.strip()
+
+    def feed(self, chunk: str) -> list[str]:
+        out: list[str] = []
+        seg = 0  # chunk[seg:i] is pending text not yet in self._parts
+        i = 0
+        n = len(chunk)
+        while i < n:
+            c = chunk[i]
+            if c in _NEWLINES:
+                # Small models write lists and headings without punctuation: a line break
+                # always ends the sentence.
+                self._end_line(chunk, seg, i, out)
+                seg = i = i + 1
+                continue
+            state = self._state
+            if state == _WAIT:
+                if c.isspace() or c in _MARKUP:
+                    i += 1  # "etc. **Next**": the emphasis does not decide, the letter does
+                    continue
+                verdict = self._resolve(c)
+                if verdict == _ENDS:
+                    seg = self._emit_cut(chunk, seg, i, out)
+                    continue  # c starts the next sentence; rescan it in _NORMAL
+                if verdict == _JOINS:
+                    self._closers += c
+                    self._guillemets -= 1
+                    self._state = _TERMINAL
+                    i += 1
+                    continue
+                self._state = state = _NORMAL
+            elif state == _TERMINAL:
+                if c in _TERMINALS:
+                    self._run += c  # "?!", "..."
+                    self._add_tok(c)
+                    i += 1
+                    continue
+                if c in _CLOSERS:
+                    self._closers += c
+                    if c == "»":
+                        self._guillemets = max(0, self._guillemets - 1)
+                    self._add_tok(c)
+                    i += 1
+                    continue
+                if c.isspace():
+                    # Only whitespace decides: "3." may still become "3.5" and "example."
+                    # may become "example.com".
+                    kind = self._classify()
+                    self._end_tok()
+                    pos = self._parts_len + i - seg
+                    if kind == _DEFINITE:
+                        seg = self._emit(chunk, seg, i, out)
+                    elif kind == _NEVER:
+                        self._state = _NORMAL
+                    else:
+                        self._state, self._wait_kind, self._cut = _WAIT, kind, pos
+                    i += 1
+                    continue
+                if _is_cjk(c) and self._run_prev and _is_cjk(self._run_prev):
+                    # "好.你" / "吗?我": CJK text written with ASCII marks has no spaces either.
+                    seg = self._emit(chunk, seg, i, out)
+                    continue
+                self._state = state = _NORMAL  # "3.5", "e.g", "example.com": not an end
+            elif state == _CJK:
+                if c in _CLOSERS or c in _CJK_TERMINALS or c in _TERMINALS:
+                    if c in _QUOTE_CLOSERS:
+                        self._cjk_quote = True
+                    self._add_tok(c)
+                    i += 1
+                    continue
+                if (self._fw_decimal and c.isdigit()) or (
+                        self._cjk_quote and c in _CJK_CONTINUERS):
+                    self._state = state = _NORMAL
+                else:
+                    seg = self._emit(chunk, seg, i, out)  # sets _NORMAL; rescan c
+                    continue
+            # _NORMAL
+            if c.isspace():
+                self._end_tok()
+                i += 1
+                continue
+            if c in _TERMINALS:
+                self._state = _TERMINAL
+                self._word, self._run, self._closers = self._tok, c, ""
+                self._run_prev = chunk[i - 1] if i else self._last
+                self._add_tok(c)
+                i += 1
+                continue
+            if c in _CJK_TERMINALS:
+                prev = chunk[i - 1] if i else self._last
+                self._state = _CJK
+                self._fw_decimal = c == "．" and prev.isdigit()
+                self._cjk_quote = False
+                self._add_tok(c)
+                i += 1
+                continue
+            if c == "«":
+                self._guillemets += 1
+            elif c == "»":
+                self._guillemets = max(0, self._guillemets - 1)
+            # Fast path: ordinary characters up to the next one that matters.
+            m = _SPECIAL.search(chunk, i + 1)
+            j = m.start() if m else n
+            self._add_tok(chunk[i:j])
+            i = j
+        if seg < n:
+            self._parts.append(chunk[seg:])
+            self._parts_len += n - seg
+        if n:
+            self._last = chunk[-1]
+        return out
+
+    def flush(self) -> list[str]:
+        """The rest of the reply, even without final punctuation; then start afresh."""
+        out: list[str] = []
+        if self._state == _WAIT:
+            self._emit_cut("", 0, 0, out)  # keep "etc." and what followed apart
+        text = "".join(self._parts).strip()
+        if text:
+            out.append(text)
+        self.reset()
+        return out
+
+    # -- decisions -------------------------------------------------------------------
+    def _classify(self) -> int:
+        """What the terminal run means now that whitespace follows it."""
+        run = self._run
+        closers = self._closers.strip("*_")  # markdown emphasis does not hide "**1.**"
+        word = self._word.lstrip(_OPENERS)
+        if any(ch in _STRONG for ch in run):
+            kind = _DEFINITE
+        elif len(run) > 1 or "…" in run:
+            kind = _AMBIG  # "Well... maybe" goes on, "Wait... What?" does not
+        else:
+            lw = word.lower()
+            kind = _DEFINITE
+            if not closers and (lw in self.titles or (len(word) == 1 and word.isupper())):
+                kind = _NEVER  # "Dr. Smith", "J. K. Rowling": a title is never an end
+            elif not closers and word.isdecimal() and len(word) <= 3 and self._list_position():
+                kind = _NEVER  # "1. Drink water", "Steps: 2. Rinse"
+            elif not closers and lw in self.numeric_prefixes:
+                kind = _AMBIG_NUM
+            elif (lw in self.abbreviations or _DOTTED.fullmatch(word)
+                  or (len(word) == 1 and word.islower())):
+                kind = _AMBIG
+        if kind == _DEFINITE and (self._guillemets > 0
+                                  or any(ch in _HOLD_CLOSERS for ch in closers)):
+            kind = _QUOTED  # 'He asked "Why?" and left.', "Sleep (eight hours!) too."
+        return kind
+
+    def _list_position(self) -> bool:
+        prev = self._prev_tok
+        return prev is None or prev.rstrip("*_").endswith(":")
+
+    def _resolve(self, c: str) -> int:
+        """The first non-space character after an ambiguous end decides it."""
+        kind = self._wait_kind
+        if kind == _QUOTED and c == "»" and self._guillemets > 0:
+            return _JOINS
+        if c.islower() or c in _CONTINUERS:
+            return _GOES_ON
+        if kind == _AMBIG_NUM and (c.isdigit() or c == "#"):
+            return _GOES_ON
+        # Uppercase, digit, opening quote or bracket, a letter without case (CJK...), emoji.
+        return _ENDS
+
+    # -- bookkeeping -----------------------------------------------------------------
+    def _add_tok(self, s: str) -> None:
+        if len(self._tok) < _MAX_TOKEN:
+            self._tok += s
+
+    def _end_tok(self) -> None:
+        if self._tok.strip(_BULLETS):  # "-", "**", "#" are not words
+            self._prev_tok = self._tok
+        self._tok = ""
+
+    def _start_sentence(self) -> None:
+        self._state = _NORMAL
+        self._tok = ""
+        self._prev_tok = None
+        self._guillemets = 0
+
+    def _emit(self, chunk: str, seg: int, i: int, out: list[str]) -> int:
+        """Release everything pending before chunk[i]; return the new segment start."""
+        self._parts.append(chunk[seg:i])
+        text = "".join(self._parts).strip()
+        if text:
+            out.append(text)
+        self._parts, self._parts_len = [], 0
+        self._start_sentence()
+        return i
+
+    def _emit_cut(self, chunk: str, seg: int, i: int, out: list[str]) -> int:
+        """Release the pending text up to the waiting end; what came after stays pending."""
+        self._parts.append(chunk[seg:i])
+        text = "".join(self._parts)
+        head, rest = text[: self._cut].strip(), text[self._cut:]
+        if head:
+            out.append(head)
+        self._parts, self._parts_len = ([rest], len(rest)) if rest else ([], 0)
+        self._start_sentence()
+        return i
+
+    def _end_line(self, chunk: str, seg: int, i: int, out: list[str]) -> None:
+        if self._state == _WAIT:
+            self._emit_cut(chunk, seg, i, out)
+            seg = i
+        self._emit(chunk, seg, i, out)
+
+
+_CLAUSE_MARKS = frozenset(",;:—–")
+
+
+class SpeechChunker:
+    """``max_sentences`` and the first-sentence soft cut around a ``SentenceSplitter``."""
+
+    def __init__(self, splitter: SentenceSplitter | None = None, *,
+                 max_sentences: int | None = None, first_max_chars: int | None = None) -> None:
+        self.splitter = splitter if splitter is not None else SentenceSplitter()
+        self.max_sentences = max_sentences
+        self.first_max_chars = first_max_chars
+        self.sentences = 0  # full sentences released
+        self._first_open = first_max_chars is not None  # still watching the first sentence
+        self._fed_len = 0  # characters fed while watching the first sentence
+        self._clause_end = -1  # offset in the fed text just after the latest clause mark
+        self._prev = self._prev2 = ""  # the last two characters fed
+
+    @property
+    def done(self) -> bool:
+        return self.max_sentences is not None and self.sentences >= self.max_sentences
+
+    def feed(self, chunk: str) -> list[str]:
+        if self.done:
+            return []
+        out = self.splitter.feed(chunk)
+        if self._first_open:
+            if out:
+                self._first_open = False  # the first sentence ended on its own
+            else:
+                out = self._soft_cut(chunk)
+                return out  # a head is not a sentence: nothing counts yet
+        return self._count(out)
+
+    def flush(self) -> list[str]:
+        if self.done:
+            return []  # the stream was closed on purpose: the tail is not spoken
+        self._first_open = False
+        return self._count(self.splitter.flush())
+
+    def _count(self, sentences: list[str]) -> list[str]:
+        if self.max_sentences is not None:
+            sentences = sentences[: self.max_sentences - self.sentences]
+        self.sentences += len(sentences)
+        return sentences
+
+    def _soft_cut(self, chunk: str) -> list[str]:
+        assert self.first_max_chars is not None
+        # Only the new chunk is scanned: feed stays O(chunk) while the first sentence grows.
+        for c in chunk:
+            # Clause marks followed by whitespace: "Well, ", "note: ", "this — " (not "3,5").
+            if c.isspace() and (self._prev in _CLAUSE_MARKS
+                                or (self._prev == "-" and self._prev2.isspace())):
+                self._clause_end = self._fed_len
+            self._prev2, self._prev = self._prev, c
+            self._fed_len += 1
+        pending = self.splitter.pending_len
+        start = self._fed_len - pending  # where the pending text begins in the fed text
+        if pending <= self.first_max_chars or self._clause_end <= start:
+            return []
+        self._first_open = False  # one cut per reply; later sentences are never cut
+        head = self.splitter.cut_pending(self._clause_end - start)
+        return [head] if head else []
