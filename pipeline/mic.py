@@ -1,0 +1,328 @@
+"""Microphone: capture, streaming Silero VAD, and the utterance segmenter.
+
+Three layers, so each can be tested on its own:
+
+* ``SileroStream`` runs the Silero VAD bundled with faster-whisper one 512-sample window
+  (32 ms at 16 kHz) at a time, carrying the LSTM state and the 64-sample context between
+  calls. faster-whisper's ``SileroVADModel.__call__`` restarts from a zero state on every
+  call (it is made for whole files); carried over, the streamed probabilities are exactly
+  the batch ones.
+* ``UtteranceSegmenter`` is pure and synchronous: feed it blocks of any size, it returns
+  ``SpeechStart`` / ``SpeechSustained`` / ``UtteranceEnd`` events. No event loop, no device,
+  so it is tested on recorded WAVs.
+* ``MicSource`` is the sounddevice ``InputStream``: 16 kHz mono float32 blocks handed to the
+  event loop through a queue (the PortAudio callback must never block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from pipeline.audio_out import AudioDeviceError, import_sounddevice
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16000
+WINDOW = 512  # Silero's window at 16 kHz
+_CONTEXT = 64  # samples of the previous window the v6 model sees in front of each one
+WINDOW_MS = WINDOW * 1000 / SAMPLE_RATE
+
+
+class SpeechProbability(Protocol):
+    """Speech probability of consecutive 512-sample windows (state carried over)."""
+
+    def window(self, samples: np.ndarray) -> float: ...
+
+    def reset(self) -> None: ...
+
+
+class SileroStream:
+    """Silero VAD v6 (faster-whisper's asset) over a live stream, one window per call."""
+
+    def __init__(self) -> None:
+        from faster_whisper.vad import get_vad_model  # onnxruntime: import only when used
+
+        self._session: Any = get_vad_model().session
+        self.reset()
+
+    def reset(self) -> None:
+        self._h = np.zeros((1, 1, 128), dtype=np.float32)
+        self._c = np.zeros((1, 1, 128), dtype=np.float32)
+        self._context = np.zeros((1, _CONTEXT), dtype=np.float32)
+
+    def window(self, samples: np.ndarray) -> float:
+        x = samples.reshape(1, WINDOW).astype(np.float32, copy=False)
+        inp = np.concatenate([self._context, x], axis=1)
+        out, self._h, self._c = self._session.run(
+            None, {"input": inp, "h": self._h, "c": self._c})
+        self._context = x[:, -_CONTEXT:]
+        return float(np.asarray(out).reshape(-1)[0])
+
+
+# -- segmenter events -------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpeechStart:
+    sample: int  # stream position (samples since the segmenter started) of the first window
+
+
+@dataclass(frozen=True)
+class SpeechSustained:
+    """The current utterance has ``speech_ms`` of voiced windows: enough to barge in."""
+
+    sample: int
+    speech_ms: float
+
+
+@dataclass(frozen=True)
+class UtteranceEnd:
+    audio: np.ndarray = field(repr=False)  # float32 16 kHz, with pre-roll, without the tail
+    start_sample: int
+    end_sample: int  # where the speech ended (before the trailing silence)
+    speech_ms: float
+    detected_sample: int  # where the end was decided (end_sample + end silence)
+
+    @property
+    def duration_s(self) -> float:
+        return self.audio.size / SAMPLE_RATE
+
+
+SegmentEvent = SpeechStart | SpeechSustained | UtteranceEnd
+
+# A gate decides, per window, whether (probability, rms) counts as the user speaking.
+# The echo guard installs one while the assistant's own voice may reach the microphone.
+Gate = Callable[[float, float], bool]
+
+
+@dataclass
+class SegmenterConfig:
+    threshold: float = 0.5  # Silero's own default; speech starts above it
+    neg_threshold: float = 0.35  # ...and continues while above this (hysteresis)
+    end_silence_ms: int = 600  # the utterance ends after this much silence
+    bargein_min_ms: int = 300  # voiced time that makes SpeechSustained (barge-in)
+    pre_roll_ms: int = 200  # audio kept before the first voiced window (soft onsets)
+    min_utterance_ms: int = 200  # shorter voiced time is a click or a cough: dropped
+    max_utterance_s: float = 30.0  # Whisper's window; longer speech is cut here
+
+
+class UtteranceSegmenter:
+    """Speech start / sustained / end from a stream of 16 kHz float32 blocks.
+
+    Pure and synchronous. ``feed`` accepts blocks of any size; they are cut into
+    512-sample windows and the events of the windows completed by this block are
+    returned in order. ``gate``, when given, replaces the threshold test for the windows
+    of this block (the echo guard during playback).
+    """
+
+    def __init__(self, vad: SpeechProbability, config: SegmenterConfig | None = None) -> None:
+        self.vad = vad
+        self.config = config or SegmenterConfig()
+        self.position = 0  # samples consumed into windows
+        self.windows: list[tuple[float, float, bool]] = []  # (prob, rms, voiced) last feed
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._history: list[np.ndarray] = []  # pre-roll windows while not in speech
+        self._speech: list[np.ndarray] = []  # windows of the current utterance
+        self._in_speech = False
+        self._voiced = 0  # voiced windows of the current utterance
+        self._silent = 0  # consecutive silent windows since the last voiced one
+        self._sustained = False
+        self._start = 0
+        self._pre = 0
+
+    @property
+    def in_speech(self) -> bool:
+        return self._in_speech
+
+    def reset(self) -> None:
+        """Forget the current utterance (e.g. the device restarted)."""
+        self.vad.reset()
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._history, self._speech = [], []
+        self._in_speech, self._voiced, self._silent, self._sustained = False, 0, 0, False
+
+    def feed(self, block: np.ndarray, gate: Gate | None = None) -> list[SegmentEvent]:
+        data = np.concatenate([self._pending, np.asarray(block, dtype=np.float32).ravel()])
+        n = data.size // WINDOW
+        self._pending = data[n * WINDOW:]
+        events: list[SegmentEvent] = []
+        self.windows = []
+        for i in range(n):
+            events.extend(self._window(data[i * WINDOW:(i + 1) * WINDOW], gate))
+        return events
+
+    def flush(self) -> list[SegmentEvent]:
+        """End of stream: close an utterance in progress."""
+        if not self._in_speech:
+            return []
+        return self._end()
+
+    def _voiced_window(self, prob: float, rms: float, gate: Gate | None) -> bool:
+        if gate is not None:
+            return gate(prob, rms)
+        limit = self.config.neg_threshold if self._in_speech else self.config.threshold
+        return prob >= limit
+
+    def _window(self, w: np.ndarray, gate: Gate | None) -> list[SegmentEvent]:
+        cfg = self.config
+        prob = self.vad.window(w)
+        rms = float(np.sqrt(np.mean(np.square(w, dtype=np.float64))))
+        voiced = self._voiced_window(prob, rms, gate)
+        self.windows.append((prob, rms, voiced))
+        start_of_window = self.position
+        self.position += WINDOW
+        events: list[SegmentEvent] = []
+        if not self._in_speech:
+            self._history.append(w)
+            del self._history[:-max(1, int(cfg.pre_roll_ms / WINDOW_MS) + 1)]
+            if voiced:
+                self._in_speech, self._start = True, start_of_window
+                self._speech, self._history = self._history, []
+                self._pre = len(self._speech) - 1  # pre-roll windows before this one
+                self._voiced, self._silent, self._sustained = 1, 0, False
+                events.append(SpeechStart(start_of_window))
+            return events + self._check_sustained()
+        self._speech.append(w)
+        if voiced:
+            self._voiced += 1
+            self._silent = 0
+        else:
+            self._silent += 1
+        events.extend(self._check_sustained())
+        if self._silent * WINDOW_MS >= cfg.end_silence_ms:
+            events.extend(self._end())
+        elif len(self._speech) * WINDOW >= cfg.max_utterance_s * SAMPLE_RATE:
+            events.extend(self._end())
+        return events
+
+    def _check_sustained(self) -> list[SegmentEvent]:
+        speech_ms = self._voiced * WINDOW_MS
+        if self._in_speech and not self._sustained and speech_ms >= self.config.bargein_min_ms:
+            self._sustained = True
+            return [SpeechSustained(self.position, speech_ms)]
+        return []
+
+    def _end(self) -> list[SegmentEvent]:
+        speech_ms = self._voiced * WINDOW_MS
+        keep = len(self._speech) - self._silent  # drop the trailing silence...
+        tail = min(self._silent, int(self.config.pre_roll_ms / WINDOW_MS))
+        windows = self._speech[:keep + tail]  # ...but keep a little, like the pre-roll
+        first = self._start - self._pre * WINDOW
+        self._in_speech, self._speech, self._history = False, [], []
+        self._voiced, self._silent, self._sustained = 0, 0, False
+        if speech_ms < self.config.min_utterance_ms or not windows:
+            log.debug("dropped %.0f ms of speech (under min_utterance_ms)", speech_ms)
+            return []
+        return [UtteranceEnd(np.concatenate(windows), first, first + keep * WINDOW,
+                             speech_ms, self.position)]
+
+
+# -- capture ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MicBlock:
+    samples: np.ndarray = field(repr=False)  # float32 mono 16 kHz
+    t: float  # time.monotonic() when the block arrived (its last sample, give or take)
+
+
+class MicSource:
+    """The microphone as an async iterator of ``MicBlock`` (``async with`` owns the stream).
+
+    The PortAudio callback runs on PortAudio's thread; it copies the block and hands it to
+    the loop with ``call_soon_threadsafe``. If the loop falls behind, the oldest blocks are
+    dropped (counted in ``overflows``) rather than letting capture drift further behind.
+    """
+
+    def __init__(self, device: str | int | None = None, block_ms: int = 20,
+                 max_queued_s: float = 2.0) -> None:
+        self.device = device
+        self.block = SAMPLE_RATE * block_ms // 1000
+        self.overflows = 0
+        self._max = max(1, int(max_queued_s * 1000 / block_ms))
+        self._queue: asyncio.Queue[MicBlock | None] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stream: Any = None
+
+    async def __aenter__(self) -> MicSource:
+        sd = import_sounddevice()
+        self._loop = asyncio.get_running_loop()
+        self._stream = await asyncio.to_thread(self._open, sd)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _open(self, sd: Any) -> Any:
+        name = "default" if self.device is None else repr(self.device)
+        try:
+            sd.check_input_settings(device=self.device, channels=1, dtype="float32",
+                                    samplerate=SAMPLE_RATE)
+            stream = sd.InputStream(samplerate=SAMPLE_RATE, channels=1, dtype="float32",
+                                    blocksize=self.block, device=self.device,
+                                    latency="low", callback=self._callback)
+            stream.start()
+        except (sd.PortAudioError, ValueError) as e:
+            raise AudioDeviceError(
+                f"cannot open input device {name} ({_one_line(e)}): connect a microphone "
+                "or pick one with --input-device (voice-llm talk --list-devices)") from None
+        log.info("input device %s open at %d Hz, %d-sample blocks, latency %.0f ms", name,
+                 SAMPLE_RATE, self.block, stream.latency * 1000)
+        return stream
+
+    def _callback(self, indata: np.ndarray, frames: int, _time: Any, status: Any) -> None:
+        if status:
+            log.debug("input stream status: %s", status)
+        block = MicBlock(indata[:, 0].copy(), time.monotonic())
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._put, block)
+
+    def _put(self, block: MicBlock | None) -> None:
+        if block is not None and self._queue.qsize() >= self._max:
+            self._queue.get_nowait()
+            self.overflows += 1
+        self._queue.put_nowait(block)
+
+    def __aiter__(self) -> AsyncIterator[MicBlock]:
+        return self._blocks()
+
+    async def _blocks(self) -> AsyncIterator[MicBlock]:
+        while (block := await self._queue.get()) is not None:
+            yield block
+
+    async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await asyncio.to_thread(_close, stream)
+            self._put(None)  # ends the iteration of whoever is reading
+
+
+def _close(stream: Any) -> None:
+    stream.stop()
+    stream.close()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def list_devices() -> str:
+    """The devices PortAudio sees, one per line, marking the defaults (> input, < output)."""
+    sd = import_sounddevice()
+    return str(sd.query_devices())
+
+
+def check_input_device(device: str | int | None) -> str:
+    """Name of the input device ``device`` resolves to; AudioDeviceError if there is none."""
+    sd = import_sounddevice()
+    try:
+        info = sd.query_devices(device, kind="input")
+    except (sd.PortAudioError, ValueError) as e:
+        what = "no default input device" if device is None else f"no input device {device!r}"
+        raise AudioDeviceError(
+            f"{what} ({_one_line(e)}): connect a microphone or pick one with "
+            "--input-device (see voice-llm talk --list-devices)") from None
+    return str(info["name"])

@@ -1,0 +1,183 @@
+"""The microphone side: streaming Silero VAD and the utterance segmenter on recorded turns.
+
+The segmenter is pure, so it is fed the shipped WAVs (real speech, with silence around
+them) block by block, exactly as the microphone would deliver them; ``FakeMic`` delivers
+20 ms blocks every 20 ms for the async path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.audio_in import load_wav
+from pipeline.mic import (
+    SAMPLE_RATE,
+    WINDOW,
+    MicBlock,
+    SegmenterConfig,
+    SileroStream,
+    SpeechStart,
+    SpeechSustained,
+    UtteranceEnd,
+    UtteranceSegmenter,
+)
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+BLOCK = SAMPLE_RATE // 50  # 20 ms
+
+
+def silence(seconds: float) -> np.ndarray:
+    # a faint noise floor, like a real room, rather than digital zeros
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal(int(seconds * SAMPLE_RATE)) * 0.001).astype(np.float32)
+
+
+def speech(name: str) -> np.ndarray:
+    return load_wav(SAMPLES / name)
+
+
+class FakeMic:
+    """Yields ``signal`` as 20 ms blocks at real-time pace (absolute schedule, no drift)."""
+
+    def __init__(self, signal: np.ndarray, block: int = BLOCK) -> None:
+        self.signal, self.block = signal, block
+        self.delivered = 0
+
+    def __aiter__(self) -> AsyncIterator[MicBlock]:
+        return self._blocks()
+
+    async def _blocks(self) -> AsyncIterator[MicBlock]:
+        start = time.monotonic()
+        for i in range(0, self.signal.size, self.block):
+            due = start + (i + self.block) / SAMPLE_RATE  # a block exists once recorded
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            self.delivered += 1
+            yield MicBlock(self.signal[i:i + self.block], time.monotonic())
+
+
+def run(segmenter: UtteranceSegmenter, signal: np.ndarray,
+        block: int = BLOCK) -> list[object]:
+    events: list[object] = []
+    for i in range(0, signal.size, block):
+        events.extend(segmenter.feed(signal[i:i + block]))
+    return events + segmenter.flush()
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroStream:
+    return SileroStream()
+
+
+def test_streamed_probabilities_equal_faster_whispers_batch(vad: SileroStream) -> None:
+    from faster_whisper.vad import get_vad_model
+
+    audio = speech("03_sky_blue.wav")
+    audio = audio[: audio.size // WINDOW * WINDOW]
+    batch = np.asarray(get_vad_model()(audio)).reshape(-1)
+    vad.reset()
+    streamed = [vad.window(w) for w in audio.reshape(-1, WINDOW)]
+    np.testing.assert_allclose(streamed, batch, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["01_sleep_tips.wav", "04_cup_of_tea.wav",
+                                  "05_hiking_trip.wav"])
+def test_one_utterance_per_recorded_turn(vad: SileroStream, name: str) -> None:
+    voice = speech(name)
+    lead = 1.0
+    signal = np.concatenate([silence(lead), voice, silence(1.5)])
+    vad.reset()
+    events = run(UtteranceSegmenter(vad), signal)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ["SpeechStart", "SpeechSustained", "UtteranceEnd"]
+    start, sustained, end = events
+    assert isinstance(start, SpeechStart) and isinstance(end, UtteranceEnd)
+    assert isinstance(sustained, SpeechSustained)
+    # the WAVs carry 0.3 s of silence at both ends: speech is inside [lead, lead + len]
+    assert lead * SAMPLE_RATE <= start.sample <= (lead + 0.6) * SAMPLE_RATE
+    assert end.end_sample <= (lead * SAMPLE_RATE + voice.size)
+    assert sustained.sample - start.sample >= 300 * SAMPLE_RATE // 1000
+    # the end is decided end_silence_ms (600) after the speech ended, to the window
+    assert end.detected_sample - end.end_sample == pytest.approx(0.6 * SAMPLE_RATE,
+                                                                 abs=WINDOW)
+    # the utterance keeps the speech (with a little pre-roll), not the silences
+    assert 0.6 * voice.size < end.audio.size < voice.size + 0.5 * SAMPLE_RATE
+
+
+def test_block_size_does_not_change_the_segmentation(vad: SileroStream) -> None:
+    signal = np.concatenate([silence(0.5), speech("03_sky_blue.wav"), silence(1.0)])
+    results = []
+    for block in (320, 512, 1000, 4096):
+        vad.reset()
+        ends = [e for e in run(UtteranceSegmenter(vad), signal, block)
+                if isinstance(e, UtteranceEnd)]
+        results.append([(e.start_sample, e.end_sample) for e in ends])
+    assert all(r == results[0] for r in results)
+
+
+def test_two_questions_with_a_pause_are_two_utterances(vad: SileroStream) -> None:
+    a, b = speech("01_sleep_tips.wav"), speech("06_learn_language.wav")
+    signal = np.concatenate([silence(0.5), a, silence(1.0), b, silence(1.0)])
+    vad.reset()
+    ends = [e for e in run(UtteranceSegmenter(vad), signal) if isinstance(e, UtteranceEnd)]
+    assert len(ends) == 2
+    assert ends[0].end_sample < (0.5 * SAMPLE_RATE + a.size) < ends[1].start_sample
+
+
+def test_end_silence_is_configurable(vad: SileroStream) -> None:
+    a = speech("01_sleep_tips.wav")
+    # with 300 ms of end silence the gap below splits; with 1500 ms it does not
+    signal = np.concatenate([silence(0.5), a, silence(0.4), a, silence(2.0)])
+    counts = {}
+    for end_ms in (300, 1500):
+        vad.reset()
+        seg = UtteranceSegmenter(vad, SegmenterConfig(end_silence_ms=end_ms))
+        counts[end_ms] = sum(isinstance(e, UtteranceEnd) for e in run(seg, signal))
+    assert counts == {300: 2, 1500: 1}
+
+
+def test_silence_and_a_click_make_no_utterance(vad: SileroStream) -> None:
+    click = np.zeros(SAMPLE_RATE // 10, dtype=np.float32)
+    click[:80] = 0.9
+    signal = np.concatenate([silence(1.0), click, silence(1.0)])
+    vad.reset()
+    assert run(UtteranceSegmenter(vad), signal) == []
+
+
+def test_utterance_is_transcribed_as_the_question(vad: SileroStream) -> None:
+    """The cut audio is what Whisper needs: nothing of the question is lost."""
+    import json
+
+    from models_fixture import whisper_model_dir
+
+    from pipeline.asr import WhisperAsr
+
+    expected = json.loads((SAMPLES / "transcripts.json").read_text())["03_sky_blue.wav"]
+    signal = np.concatenate([silence(0.7), speech("03_sky_blue.wav"), silence(1.0)])
+    vad.reset()
+    (end,) = [e for e in run(UtteranceSegmenter(vad), signal) if isinstance(e, UtteranceEnd)]
+    asr = WhisperAsr(whisper_model_dir())
+    text = asr.transcribe(end.audio)
+    assert text.lower().strip(" ?.") == expected.lower().strip(" ?.")
+
+
+async def test_fake_mic_paces_blocks_and_segments_live(vad: SileroStream) -> None:
+    signal = np.concatenate([silence(0.3), speech("03_sky_blue.wav"), silence(0.8)])
+    mic = FakeMic(signal)
+    seg = UtteranceSegmenter(vad)
+    vad.reset()
+    started = time.monotonic()
+    ended_at = None
+    async for block in mic:
+        for ev in seg.feed(block.samples):
+            if isinstance(ev, UtteranceEnd):
+                ended_at = block.t - started
+    elapsed = time.monotonic() - started
+    assert mic.delivered == -(-signal.size // BLOCK)
+    assert elapsed >= signal.size / SAMPLE_RATE - 0.02  # real time, not faster
+    assert ended_at is not None
