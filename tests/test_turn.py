@@ -1,0 +1,209 @@
+"""The turn runner with a fake llama-server (real HTTP), fake ASR/TTS and the real-time sink.
+
+These assert behaviour and ordering; the real-model runs are in test_turn_integration.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from fake_llm import FakeLlm, Reply
+
+from pipeline.audio_out import RealtimeNullSink
+from pipeline.conversation import Conversation
+from pipeline.heard import INTERRUPTED_MARK
+from pipeline.llm_client import LlmClient
+from pipeline.turn import TurnConfig, TurnRunner
+
+RATE = 16000
+SENTENCES = ["Sleep at the same time every day.", " Keep your bedroom cool and dark.",
+             " Avoid screens an hour before bed.", " A warm bath can help too."]
+
+
+def tokens(*sentences: str) -> list[str]:
+    out: list[str] = []
+    for s in sentences:
+        words = s.split(" ")
+        out += [(" " if i or s.startswith(" ") else "") + w for i, w in enumerate(words) if w]
+    return out
+
+
+class FakeAsr:
+    def __init__(self, text: str = "How do I sleep better?") -> None:
+        self.text = text
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        return self.text
+
+
+class FakeTts:
+    """2 ms of audio per character, produced instantly (or failing on demand)."""
+
+    sample_rate = RATE
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.fail_on = fail_on
+        self.spoken: list[str] = []
+
+    def synthesize(self, text: str) -> np.ndarray:
+        if self.fail_on and self.fail_on in text:
+            raise RuntimeError("voice model crashed")
+        self.spoken.append(text)
+        return np.ones(len(text) * RATE // 500, dtype=np.int16)
+
+
+AUDIO = np.zeros(RATE, dtype=np.float32)
+
+
+async def make_runner(fake: FakeLlm, client: LlmClient, mode: str = "streamed",
+                      tts: FakeTts | None = None, **cfg: object) -> TurnRunner:
+    sink = RealtimeNullSink()
+    await sink.open(RATE)
+    config = TurnConfig(mode=mode, **cfg)  # type: ignore[arg-type]
+    return TurnRunner(FakeAsr(), client, tts or FakeTts(), sink, Conversation(), config)
+
+
+def names(result: object) -> list[str]:
+    return [e.name for e in result.events]  # type: ignore[attr-defined]
+
+
+def t_of(result: object, name: str) -> float:
+    return next(e.t for e in result.events if e.name == name)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def slow_fake():
+    async with FakeLlm(Reply(tokens=tokens(*SENTENCES), token_delay=0.02)) as fake:
+        async with LlmClient(fake.url) as client:
+            yield fake, client
+
+
+async def test_streamed_speaks_before_the_llm_finishes(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=None)
+    result = await runner.run(AUDIO)
+    assert result.error is None
+    assert t_of(result, "playback.start") < t_of(result, "llm.end")
+    assert result.metrics["reply_sentences"] == 4
+    assert result.metrics["first_audio_ms"] < result.metrics["turn_ms"]
+
+
+async def test_serial_plays_only_after_the_whole_reply_and_all_tts(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, mode="serial", max_sentences=None)
+    result = await runner.run(AUDIO)
+    assert result.error is None
+    last_tts = max(e.t for e in result.events if e.name == "tts.end")
+    assert t_of(result, "playback.start") >= max(t_of(result, "llm.end"), last_tts)
+    assert result.metrics["mode"] == "serial"
+
+
+async def test_events_arrive_in_pipeline_order(slow_fake) -> None:
+    fake, client = slow_fake
+    result = await (await make_runner(fake, client)).run(AUDIO)
+    order = ["turn.start", "asr.start", "asr.end", "llm.request", "llm.first_chunk",
+             "llm.first_token", "splitter.sentence", "tts.start", "tts.end", "playback.start",
+             "playback.end", "turn.end"]
+    seen = names(result)
+    assert [seen.index(n) for n in order] == sorted(seen.index(n) for n in order)
+    ts = [e.t for e in result.events]
+    assert ts == sorted(ts) or all(b >= a - 0.005 for a, b in zip(ts, ts[1:], strict=False))
+
+
+async def test_history_keeps_raw_reply_and_next_prompt_extends_it(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=None)
+    first = await runner.run(AUDIO)
+    await runner.run(AUDIO)
+    sent = fake.requests[-1].body["messages"]
+    assert sent[0]["role"] == "system"
+    assert sent[1:3] == [{"role": "user", "content": "How do I sleep better?"},
+                         {"role": "assistant", "content": "".join(tokens(*SENTENCES))}]
+    assert first.reply == "".join(tokens(*SENTENCES))
+    assert fake.requests[0].body["messages"] == sent[:1] + sent[-1:]  # prefix-stable
+
+
+async def test_max_sentences_hangs_up_and_keeps_only_spoken_sentences(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=2)
+    result = await runner.run(AUDIO)
+    record = await fake.wait_disconnect()
+    assert record.tokens_sent < len(tokens(*SENTENCES))
+    assert result.metrics["reply_sentences"] == 2
+    assert result.reply == "".join(tokens(*SENTENCES[:2]))
+    end = next(e for e in result.events if e.name == "llm.end")
+    assert end.data["finish_reason"] == "max_sentences"
+
+
+async def test_llm_error_mid_stream_ends_turn_and_history_survives() -> None:
+    replies = [Reply(tokens=tokens(*SENTENCES)), Reply(tokens=tokens(*SENTENCES), error_after=3),
+               Reply(tokens=tokens(*SENTENCES))]
+    async with FakeLlm(replies) as fake, LlmClient(fake.url) as client:
+        runner = await make_runner(fake, client, max_sentences=None)
+        await runner.run(AUDIO)
+        history = list(runner.conversation.history)
+        bad = await asyncio.wait_for(runner.run(AUDIO), 10)
+        assert bad.error and "error" in bad.error and "\n" not in bad.error
+        assert "turn.error" in names(bad) and names(bad)[-1] == "turn.end"
+        assert runner.conversation.history == history
+        good = await runner.run(AUDIO)
+        assert good.error is None and len(runner.conversation.history) == 4
+
+
+async def test_unreachable_server_is_one_clear_line() -> None:
+    async with LlmClient("http://127.0.0.1:9", connect_timeout=1) as client:
+        sink = RealtimeNullSink()
+        await sink.open(RATE)
+        runner = TurnRunner(FakeAsr(), client, FakeTts(), sink)
+        result = await asyncio.wait_for(runner.run(AUDIO), 10)
+        assert result.error and "voice-llm up" in result.error
+        assert runner.conversation.history == []
+
+
+async def test_tts_failure_ends_turn_cleanly_and_next_turn_works(slow_fake) -> None:
+    fake, client = slow_fake
+    tts = FakeTts(fail_on="bedroom")
+    runner = await make_runner(fake, client, tts=tts, max_sentences=None)
+    bad = await asyncio.wait_for(runner.run(AUDIO), 10)
+    assert bad.error and "voice model crashed" in bad.error
+    await fake.wait_idle()
+    tts.fail_on = None
+    good = await runner.run(AUDIO)
+    assert good.error is None
+
+
+async def test_no_speech_is_a_turn_error_not_a_crash(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client)
+    runner.asr = FakeAsr("")
+    result = await runner.run(AUDIO)
+    assert result.error and "no speech" in result.error
+    assert fake.requests == []
+
+
+async def test_interrupt_silences_hangs_up_and_keeps_what_was_heard(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=None)
+
+    async def barge_in() -> None:
+        while not runner.speaking:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.03)  # mid-way through the first sentence (66 ms of audio)
+        assert runner.interrupt("test")
+
+    task = asyncio.create_task(barge_in())
+    result = await asyncio.wait_for(runner.run(AUDIO), 10)
+    await task
+    seen = names(result)
+    for name in ("bargein.detected", "playback.stopped", "llm.closed", "server.slot_idle"):
+        assert name in seen, name
+    assert seen.index("bargein.detected") < seen.index("playback.stopped")
+    assert result.interrupted and result.metrics["interrupted"] is True
+    assert (await fake.wait_disconnect()).outcome == "client_gone"
+    kept = runner.conversation.history[-1]["content"]
+    assert kept.endswith(INTERRUPTED_MARK)
+    assert result.reply.startswith(kept.removesuffix(INTERRUPTED_MARK))
+    assert len(kept) < len(SENTENCES[0]) + len(INTERRUPTED_MARK)
+    assert not runner.interrupt("late")  # nothing running any more
