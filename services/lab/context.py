@@ -1,0 +1,102 @@
+"""What every experiment gets: the client, the server it talks to, the documents, progress.
+
+Experiments are ``async def run(lab: Lab, ...) -> dict`` returning their ``lab.json``
+section; they never print. Progress goes through ``Lab.tracker`` so the CLI can show a rich
+progress bar while tests run silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.llm_client import LlmClient
+
+DEFAULT_SEED = 42
+DOCS_DIR = Path(__file__).resolve().parents[2] / "samples" / "docs"
+
+
+class Tracker(Protocol):
+    def start(self, label: str, total: int) -> None: ...
+    def advance(self) -> None: ...
+
+
+class SilentTracker:
+    def start(self, label: str, total: int) -> None:
+        pass
+
+    def advance(self) -> None:
+        pass
+
+
+@dataclass
+class ServerInfo:
+    """The llama-server under test. ``log_path`` is None when the lab did not start the
+    server and was not told where its log is: then nothing is read from the log."""
+
+    url: str
+    log_path: Path | None
+    started_by_lab: bool
+    props: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"url": self.url, "log_path": str(self.log_path) if self.log_path else None,
+                "started_by_lab": self.started_by_lab, **describe_props(self.props)}
+
+
+def describe_props(props: dict[str, Any]) -> dict[str, Any]:
+    """Model, context and build from ``/props`` (field names moved between releases)."""
+    settings = props.get("default_generation_settings") or {}
+    model_path = str(props.get("model_path") or "")
+    # model_alias defaults to the path given with -m: the file name is what identifies it.
+    model = Path(str(props.get("model_alias") or model_path)).name
+    return {
+        "model": model or None,
+        "model_path": model_path or None,
+        "n_ctx": settings.get("n_ctx", props.get("n_ctx")),
+        "total_slots": props.get("total_slots"),
+        "build": props.get("build_info"),
+    }
+
+
+@dataclass
+class Lab:
+    client: LlmClient
+    server: ServerInfo
+    docs: list[str]
+    seed: int = DEFAULT_SEED
+    tracker: Tracker = field(default_factory=SilentTracker)
+
+    async def slots(self) -> list[dict[str, Any]]:
+        data = await self.client.get_json("/slots")
+        return list(data) if isinstance(data, list) else []
+
+    async def wait_slots_idle(self, limit_s: float = 60.0, interval: float = 0.005) -> float:
+        """Poll ``/slots`` until no slot is processing; return the monotonic time it was
+        first seen idle. Polling is cheap (a few ms per call on localhost)."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            slots = await self.slots()
+            now = time.monotonic()
+            if not any(s.get("is_processing") for s in slots):
+                return now
+            if now > deadline:
+                raise TimeoutError(f"llama-server slot still busy after {limit_s:.0f} s")
+            await asyncio.sleep(interval)
+
+
+def load_docs(folder: Path = DOCS_DIR) -> list[str]:
+    """The reference documents attached in the prefill and cache experiments, in name order."""
+    paths = sorted(folder.glob("*.txt"))
+    return [p.read_text(encoding="utf-8").strip() for p in paths]
+
+
+def attach_docs(instructions: str, docs: list[str]) -> str:
+    """A system prompt with retrieved documents appended, the way a RAG assistant builds it."""
+    if not docs:
+        return instructions
+    notes = "\n\n".join(f"Note {i}: {doc}" for i, doc in enumerate(docs, 1))
+    return f"{instructions}\n\nReference notes:\n\n{notes}"
