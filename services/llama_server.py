@@ -218,14 +218,28 @@ class LlamaServer:
 
     def start(self, options: ServerOptions | None = None, *, quiet: bool = False) -> ServerInfo:
         options = options or ServerOptions()
-        pid = self.running_pid()
-        if pid is not None:
-            return self._already_running(pid)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._start_lock():
+            pid = self.running_pid()
+            if pid is not None:
+                return self._already_running(pid, options.start_timeout)
+            return self._start(options, quiet)
+
+    @contextlib.contextmanager
+    def _start_lock(self) -> Iterator[None]:
+        # Two commands finding no server at the same moment must not both start one: the
+        # second waits here, then finds the first one's pid and reuses it.
+        import fcntl
+
+        with (self.state_dir / "start.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _start(self, options: ServerOptions, quiet: bool) -> ServerInfo:
         binary = models.llama_server_binary(options.server_bin)
         model = models.llm_model(options.model)
         if port_in_use(options.host, options.port):
             raise UserError(self._port_busy_message(options))
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         argv = options.argv(binary, model)
         url = f"http://{options.host}:{options.port}"
         log.info("starting %s", " ".join(argv))
@@ -248,9 +262,10 @@ class LlamaServer:
             raise
         return self._snapshot(url, proc.pid, str(model))
 
-    def _already_running(self, pid: int) -> ServerInfo:
+    def _already_running(self, pid: int, timeout: float) -> ServerInfo:
         state = self._state()
         url = str(state.get("url", DEFAULT_URL))
+        _wait_while_loading(url, timeout)  # it may have been started a moment ago
         props = get_json(f"{url}/props")
         model, n_ctx, build = props_summary(props[1] if props else None)
         return ServerInfo(url=url, pid=pid, model=str(state.get("model", model)), n_ctx=n_ctx,

@@ -286,6 +286,20 @@ def test_ensure_server_starts_managed_then_reuses(state: Path, fake_bin: Path,
     assert server_log_path(f"http://127.0.0.1:{free_port()}") is None
 
 
+def test_concurrent_ensure_server_starts_one(state: Path, fake_bin: Path, model_file: Path,
+                                             tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(
+            lambda _: ensure_server(url, quiet=True, server_bin=fake_bin, model=model_file),
+            range(2)))
+    assert results == [url, url]
+    assert "fake llama-server listening" in (state / "llama-server.log").read_text()
+    assert LlamaServer(state).running_pid() is not None
+
+
 # --- the real thing -----------------------------------------------------------------------
 
 
