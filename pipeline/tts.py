@@ -30,7 +30,8 @@ _FENCE = re.compile(r"^\s*(```|~~~).*$", re.MULTILINE)
 _RULE = re.compile(r"^\s*([-*_])(\s*\1){2,}\s*$", re.MULTILINE)  # ---, ***, ___
 _HEADING = re.compile(r"^\s*#{1,6}\s+")
 _QUOTE = re.compile(r"^\s*>+\s?")
-_BULLET = re.compile(r"^\s*(?:(?:[-*+•‣◦]|\d{1,3}[.)])\s+)+")  # also "1. - item"
+# Also "1. - item", and a bare "2." left over when a sentence splitter cut after it.
+_BULLET = re.compile(r"^\s*(?:(?:[-*+•‣◦]|\d{1,3}[.)])(?:\s+|$))+")
 # Emphasis markers touching a word. A lone " * " is not markdown emphasis (it may be a
 # multiplication), and unbalanced markers are normal: the splitter cuts bold spans.
 _STARS = re.compile(r"\*+(?=\S)|(?<=\S)\*+")

@@ -1,0 +1,253 @@
+"""Audio sinks: real-time pacing, stop/resume (barge-in), exact played counts, WAV capture.
+
+Timing is asserted only as generous sanity bounds (shared, noisy machines); behaviour is
+what the tests pin down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import time
+import wave
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pipeline.audio_out import (
+    AudioDeviceError,
+    AudioSink,
+    RealtimeNullSink,
+    SoundDeviceSink,
+    WavFileSink,
+)
+
+RATE = 16000
+
+
+def ramp(seconds: float) -> np.ndarray:
+    """Distinct int16 values, so a prefix check proves *which* samples were kept."""
+    n = int(RATE * seconds)
+    return (np.arange(n) % 30000).astype(np.int16)
+
+
+async def play_then_stop(sink: AudioSink, samples: np.ndarray, after: float) -> tuple[int, float]:
+    """Start playing, stop after ``after`` s; returns (played, s from stop() to return)."""
+    task = asyncio.create_task(sink.play(samples))
+    await asyncio.sleep(after)
+    stopped_at = time.monotonic()
+    sink.stop()
+    played = await task
+    return played, time.monotonic() - stopped_at
+
+
+def test_sinks_satisfy_the_protocol() -> None:
+    sinks: list[AudioSink] = [RealtimeNullSink(), WavFileSink("x.wav"), SoundDeviceSink()]
+    assert all(s.sample_rate == 0 for s in sinks)
+
+
+async def test_null_sink_plays_everything_at_real_time_pace() -> None:
+    sink = RealtimeNullSink()
+    await sink.open(RATE)
+    started = time.monotonic()
+    assert await sink.play(ramp(0.3)) == int(RATE * 0.3)
+    assert 0.28 <= time.monotonic() - started < 3.0
+
+
+async def test_null_sink_back_to_back_plays_keep_one_schedule() -> None:
+    sink = RealtimeNullSink()
+    await sink.open(RATE)
+    started = time.monotonic()
+    counts = [await sink.play(ramp(0.05)) for _ in range(8)]
+    assert counts == [800] * 8
+    assert 0.39 <= time.monotonic() - started < 3.0
+
+
+async def test_null_sink_stop_returns_early_with_partial_count() -> None:
+    sink = RealtimeNullSink()
+    await sink.open(RATE)
+    samples = ramp(1.0)
+    played, latency = await play_then_stop(sink, samples, 0.2)
+    assert 0 < played < samples.size
+    assert 0.1 * RATE <= played <= 0.9 * RATE  # it is a position in time, roughly 0.2 s
+    assert latency < 0.5
+    print(f"\n[null sink] stop -> play returned in {latency * 1000:.1f} ms, played {played}")
+
+
+async def test_null_sink_after_stop_plays_nothing_until_resume() -> None:
+    sink = RealtimeNullSink()
+    await sink.open(RATE)
+    sink.stop()
+    started = time.monotonic()
+    assert await sink.play(ramp(0.5)) == 0
+    assert time.monotonic() - started < 0.1
+    sink.resume()
+    assert await sink.play(ramp(0.05)) == 800
+
+
+async def test_null_sink_rejects_misuse() -> None:
+    sink = RealtimeNullSink()
+    with pytest.raises(RuntimeError, match="before open"):
+        await sink.play(ramp(0.01))
+    await sink.open(RATE)
+    with pytest.raises(TypeError, match="int16"):
+        await sink.play(np.zeros(10, dtype=np.float32))
+    assert await sink.play(np.zeros(0, dtype=np.int16)) == 0
+
+
+def read_wav(path: Path) -> tuple[int, np.ndarray]:
+    with wave.open(str(path)) as w:
+        assert (w.getnchannels(), w.getsampwidth()) == (1, 2)
+        return w.getframerate(), np.frombuffer(w.readframes(w.getnframes()), "<i2")
+
+
+async def test_wav_sink_without_inner_is_instant_and_writes_all(tmp_path: Path) -> None:
+    path = tmp_path / "out" / "reply.wav"
+    sink = WavFileSink(path)
+    await sink.open(22050)
+    first, second = ramp(1.0), ramp(0.5)
+    started = time.monotonic()
+    assert await sink.play(first) == first.size
+    assert await sink.play(second) == second.size
+    assert time.monotonic() - started < 0.5
+    await sink.close()
+    rate, recorded = read_wav(path)
+    assert rate == 22050
+    assert np.array_equal(recorded, np.concatenate([first, second]))
+
+
+async def test_wav_sink_keeps_only_what_the_inner_sink_played(tmp_path: Path) -> None:
+    path = tmp_path / "interrupted.wav"
+    sink = WavFileSink(path, inner=RealtimeNullSink())
+    await sink.open(RATE)
+    first = ramp(0.1)
+    assert await sink.play(first) == first.size
+    second = ramp(1.0)
+    played, _latency = await play_then_stop(sink, second, 0.15)
+    assert 0 < played < second.size
+    assert await sink.play(ramp(0.2)) == 0  # stopped: dropped, not recorded
+    await sink.close()
+    _rate, recorded = read_wav(path)
+    assert recorded.size == first.size + played
+    assert np.array_equal(recorded, np.concatenate([first, second[:played]]))
+
+
+async def test_wav_sink_stop_and_resume_without_inner(tmp_path: Path) -> None:
+    sink = WavFileSink(tmp_path / "x.wav")
+    await sink.open(RATE)
+    sink.stop()
+    assert await sink.play(ramp(0.1)) == 0
+    sink.resume()
+    assert await sink.play(ramp(0.1)) == 1600
+    await sink.close()
+    assert read_wav(tmp_path / "x.wav")[1].size == 1600
+
+
+async def test_wav_sink_refuses_to_change_rate_mid_recording(tmp_path: Path) -> None:
+    sink = WavFileSink(tmp_path / "x.wav")
+    await sink.open(RATE)
+    await sink.play(ramp(0.01))
+    with pytest.raises(ValueError, match="16000 Hz"):
+        await sink.open(22050)
+
+
+async def test_missing_portaudio_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_portaudio(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "sounddevice":
+            raise OSError("PortAudio library not found")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(__import__("sys").modules, "sounddevice", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_portaudio)
+    with pytest.raises(AudioDeviceError) as err:
+        await SoundDeviceSink().open(22050)
+    assert str(err.value) == "PortAudio not found: apt-get install libportaudio2"
+
+
+async def test_sound_device_sink_play_before_open() -> None:
+    with pytest.raises(RuntimeError, match="before open"):
+        await SoundDeviceSink().play(ramp(0.01))
+
+
+# --- The real PortAudio path, no hardware: a PulseAudio null sink ---------------------
+CHILD = r"""
+import asyncio, json, sys, time
+import numpy as np
+from pipeline.audio_out import SoundDeviceSink
+
+async def main():
+    sink = SoundDeviceSink(device="pulse")
+    await sink.open(22050)
+    t = np.arange(int(22050 * 0.6)) / 22050
+    tone = (8000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    started = time.monotonic()
+    full = await sink.play(tone)
+    full_s = time.monotonic() - started
+    task = asyncio.create_task(sink.play(np.concatenate([tone] * 3)))
+    await asyncio.sleep(0.3)
+    stopped_at = time.monotonic()
+    sink.stop()
+    part = await task
+    stop_s = time.monotonic() - stopped_at
+    after_stop = await sink.play(tone)
+    sink.resume()
+    await sink.close()
+    print(json.dumps(dict(n=tone.size, full=full, full_s=full_s, part=part, stop_s=stop_s,
+                          after_stop=after_stop)))
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def pulse_null_sink(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import os
+    import shutil
+    import subprocess
+
+    if not (shutil.which("pulseaudio") and shutil.which("parec")):
+        pytest.skip("pulseaudio / pulseaudio-utils not installed")
+    runtime = tmp_path_factory.mktemp("pulse-runtime")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PULSE_SINK": "speaker"}
+    subprocess.run(["pulseaudio", "-D", "-n", "--exit-idle-time=-1",
+                    "--load=module-native-protocol-unix",
+                    "--load=module-null-sink sink_name=speaker"],
+                   env=env, check=True, capture_output=True, timeout=30)
+    pid_file = runtime / "pulse" / "pid"
+    yield env
+    if pid_file.exists():  # stop the daemon this fixture started, by its own pid
+        os.kill(int(pid_file.read_text().split()[0]), 15)
+
+
+@pytest.mark.audio
+def test_sound_device_sink_through_pulseaudio(pulse_null_sink: dict[str, str]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**pulse_null_sink, "PYTHONPATH": str(root)}
+    capture = subprocess.Popen(
+        ["parec", "-d", "speaker.monitor", "--raw", "--format=s16le", "--rate=22050",
+         "--channels=1", "--latency-msec=20"], env=env, stdout=subprocess.PIPE)
+    try:
+        child = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                               text=True, timeout=60)
+        time.sleep(0.3)
+    finally:
+        capture.send_signal(2)
+        heard = np.frombuffer(capture.communicate(timeout=10)[0], dtype="<i2")
+    assert child.returncode == 0, child.stderr[-2000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    print(f"\n[sounddevice/pulse] {result}")
+    assert result["full"] == result["n"]
+    assert result["full_s"] >= 0.5  # paced by the device, not instant
+    assert 0 < result["part"] < 3 * result["n"]
+    assert result["stop_s"] < 0.5
+    assert result["after_stop"] == 0
+    tone_s = float((np.abs(heard) > 1000).sum()) / 22050
+    assert tone_s > 0.4  # the tone reached the speaker's monitor
