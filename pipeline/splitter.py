@@ -22,9 +22,9 @@ API
       The caller then closes the LLM stream so the server stops generating.
     - ``first_max_chars=M``: if the *first* sentence grows past M characters with no
       sentence boundary, release its head at the latest clause boundary seen so far
-      (``,`` ``;`` ``:`` or a dash, followed by whitespace) so speech can start. Only
-      one such cut per reply, and only in the first sentence: later sentences are
-      never cut. A soft-cut head does not count towards ``max_sentences``.
+      (``,`` ``;`` ``:`` or a dash followed by whitespace, or CJK ``，；：、``) so speech
+      can start. Only one such cut per reply, and only in the first sentence: later
+      sentences are never cut. A soft-cut head does not count towards ``max_sentences``.
 """
 
 from __future__ import annotations
@@ -353,6 +353,7 @@ class SentenceSplitter:
 
 
 _CLAUSE_MARKS = frozenset(",;:—–")
+_CJK_CLAUSE_MARKS = frozenset("，；：、")
 
 
 class SpeechChunker:
@@ -402,8 +403,9 @@ class SpeechChunker:
         # Only the new chunk is scanned: feed stays O(chunk) while the first sentence grows.
         for c in chunk:
             # Clause marks followed by whitespace: "Well, ", "note: ", "this — " (not "3,5").
-            if c.isspace() and (self._prev in _CLAUSE_MARKS
-                                or (self._prev == "-" and self._prev2.isspace())):
+            if (c.isspace() and (self._prev in _CLAUSE_MARKS
+                                 or (self._prev == "-" and self._prev2.isspace()))
+                    or self._prev in _CJK_CLAUSE_MARKS):  # CJK: no space after "，"
                 self._clause_end = self._fed_len
             self._prev2, self._prev = self._prev, c
             self._fed_len += 1

@@ -236,6 +236,12 @@ def test_soft_cut_ignores_decimal_commas_and_times() -> None:
     assert c.feed(" - oder mehr") == ["Es kostet 3,50 Euro um 10:30 Uhr -"]
 
 
+def test_soft_cut_after_cjk_comma() -> None:
+    c = SpeechChunker(first_max_chars=6)
+    assert run_chunker(c, list("今天天气很好，我们去公园散步吧。好的。")) == \
+        ["今天天气很好，", "我们去公园散步吧。", "好的。"]
+
+
 def test_soft_cut_not_applied_when_first_sentence_is_short() -> None:
     c = SpeechChunker(first_max_chars=40)
     assert run_chunker(c, ["Hi, there. ", "This second sentence, which is long, is not cut."]) \
