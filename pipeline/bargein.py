@@ -3,15 +3,31 @@
 Whatever the source - microphone speech while the assistant talks, a scripted time in
 replay, the browser's interrupt message - the decision is made here and carried out by
 ``TurnRunner.interrupt()`` (silence, drop TTS, hang up on the LLM, confirm the slot idle).
+
+The microphone source (``BargeIn.watch``) is the only reader of the microphone: it feeds
+the utterance segmenter, hands finished utterances to the conversation, and triggers
+when the user talks over the assistant for long enough. With open speakers the
+assistant's own voice reaches the microphone too, so during playback the ``EchoGuard``
+asks for more: a higher VAD probability, a level clearly above the echo that the current
+playback would produce, and longer speech (docs/talk.md has the measurements).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+import time
+from collections import deque
+from collections.abc import AsyncIterable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
 
 from pipeline.events import Event
+
+if TYPE_CHECKING:
+    from pipeline.mic import Gate, MicBlock, SegmentEvent, UtteranceEnd, UtteranceSegmenter
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +40,8 @@ class BargeIn:
     def __init__(self, target: Interruptible) -> None:
         self.target = target
         self._playback_started = asyncio.Event()
+        self.speaking = False  # between this turn's playback.start and its end
+        self.detections = 0
 
     def on_event(self, ev: Event) -> None:
         """Event listener: follows the turn so sources know when the assistant speaks."""
@@ -31,12 +49,190 @@ class BargeIn:
             self._playback_started.clear()
         elif ev.name == "playback.start":
             self._playback_started.set()
+            self.speaking = True
+        elif ev.name in ("playback.end", "playback.stopped", "turn.end"):
+            self.speaking = False
 
     def trigger(self, source: str) -> bool:
-        return self.target.interrupt(source)
+        fired = self.target.interrupt(source)
+        self.detections += fired
+        return fired
 
     async def scripted(self, at_s: float) -> None:
         """Interrupt ``at_s`` seconds after this turn's playback starts (replay)."""
         await self._playback_started.wait()
         await asyncio.sleep(at_s)
         self.trigger(f"scripted@{at_s:g}s")
+
+    async def watch(self, mic: AsyncIterable[MicBlock], segmenter: UtteranceSegmenter,
+                    on_utterance: Callable[[UtteranceEnd, bool], None], *,
+                    detector: SustainedSpeech, tap: PlaybackTap | None = None,
+                    guard: EchoGuard | None = None,
+                    on_segment: Callable[[SegmentEvent], None] | None = None) -> None:
+        """The microphone source: runs for the whole conversation.
+
+        ``on_utterance(utterance, during_playback)`` gets every finished utterance;
+        ``during_playback`` says it began while the assistant was speaking and did not
+        barge in (a backchannel or leaked echo: the caller usually ignores it).
+        """
+        from pipeline.mic import WINDOW_MS, SpeechStart, UtteranceEnd
+
+        in_playback = barged_in = False  # about the utterance in progress
+        async for block in mic:
+            play_rms = tap.level(block.t) if tap is not None else 0.0
+            guarded = guard is not None and guard.enabled and play_rms > 0.0
+            gate = guard.gate(play_rms) if guard is not None and guarded else None
+            events = segmenter.feed(block.samples, gate)
+            for _prob, rms, voiced in segmenter.windows:
+                if guard is not None and guarded:
+                    guard.observe(rms, play_rms, voiced)
+                required = detector.min_ms + (guard.extra_ms if guard and guarded else 0.0)
+                if detector.window(voiced and self.speaking, WINDOW_MS, required):
+                    log.info("barge-in: %.0f ms of speech (guarded=%s, playback rms %.3f)",
+                             detector.voiced_ms, guarded, play_rms)
+                    barged_in = self.trigger("mic") or barged_in
+            for ev in events:
+                if on_segment is not None:
+                    on_segment(ev)
+                if isinstance(ev, SpeechStart):
+                    in_playback, barged_in = self.speaking, False
+                elif isinstance(ev, UtteranceEnd):
+                    on_utterance(ev, in_playback and not barged_in)
+                    in_playback = barged_in = False
+            if not self.speaking:
+                detector.reset()
+
+
+class SustainedSpeech:
+    """Pure: has the user been talking for ``required`` ms? Gaps shorter than ``gap_ms``
+    (between syllables and words) do not reset the count; a longer pause does."""
+
+    def __init__(self, min_ms: float = 300.0, gap_ms: float = 250.0) -> None:
+        self.min_ms, self.gap_ms = min_ms, gap_ms
+        self.voiced_ms = 0.0
+        self._gap = 0.0
+
+    def reset(self) -> None:
+        self.voiced_ms, self._gap = 0.0, 0.0
+
+    def window(self, voiced: bool, ms: float, required: float | None = None) -> bool:
+        """Account one window; True exactly once, when the requirement is first met."""
+        need = self.min_ms if required is None else required
+        before = self.voiced_ms
+        if voiced:
+            self.voiced_ms += ms
+            self._gap = 0.0
+        else:
+            self._gap += ms
+            if self._gap >= self.gap_ms:
+                self.voiced_ms = 0.0
+        return before < need <= self.voiced_ms
+
+
+@dataclass
+class EchoGuard:
+    """Decides, during playback, whether the microphone hears the user or the assistant.
+
+    A window counts as the user only if Silero is more certain (``threshold``), the level
+    is above an absolute floor, and it is ``margin`` times louder than the echo the current
+    playback level would explain. The echo path gain (``coupling`` = mic rms / playback rms)
+    is learned from playback windows the guard rejected, so it follows the room and the
+    volume; speech the guard accepts never raises it (the user cannot lock themselves out).
+    ``extra_ms`` more speech is required than without playback. ``enabled=False``
+    (``--headphones``) turns all of this off.
+    """
+
+    enabled: bool = True
+    threshold: float = 0.8
+    margin: float = 2.0
+    min_rms: float = 0.01
+    extra_ms: float = 200.0
+    coupling: float = 0.5  # until measured: assume a loud echo (half the playback level)
+    history: int = 150  # rejected windows kept (about 5 s of playback)
+
+    def __post_init__(self) -> None:
+        self._ratios: deque[float] = deque(maxlen=self.history)
+
+    def echo_rms(self, play_rms: float) -> float:
+        return self.coupling * play_rms
+
+    def accepts(self, prob: float, rms: float, play_rms: float) -> bool:
+        if not self.enabled:
+            return True
+        return (prob >= self.threshold and rms >= self.min_rms
+                and rms >= self.margin * self.echo_rms(play_rms))
+
+    def gate(self, play_rms: float) -> Gate:
+        return lambda prob, rms: self.accepts(prob, rms, play_rms)
+
+    def observe(self, rms: float, play_rms: float, accepted: bool) -> None:
+        """Learn the echo path from what the guard judged to be echo."""
+        if accepted or play_rms < 0.01:
+            return
+        self._ratios.append(rms / play_rms)
+        if len(self._ratios) >= 15:  # half a second of playback before trusting it
+            # a high percentile: echo is peaky, and a missed echo costs a false barge-in
+            self.coupling = float(np.percentile(self._ratios, 90))
+
+
+class PlaybackTap:
+    """A sink wrapper that remembers what it played and when, for the echo guard.
+
+    ``level(t)`` is the loudest 20 ms RMS (float scale, 1.0 = full scale) the speaker
+    produced in the ``span_s`` before ``t``: the span covers output + input latency and a
+    room's reverberation, so the echo of a loud syllable is still matched a bit later.
+    """
+
+    def __init__(self, inner: Sink, span_s: float = 0.3) -> None:
+        self.inner = inner
+        self.span_s = span_s
+        self._played: deque[tuple[float, np.ndarray, int]] = deque(maxlen=4)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.inner.sample_rate
+
+    async def open(self, sample_rate: int) -> None:
+        await self.inner.open(sample_rate)
+
+    async def play(self, samples: np.ndarray) -> int:
+        entry = (time.monotonic(), samples.astype(np.float32) / 32768.0, self.sample_rate)
+        self._played.append(entry)
+        played = await self.inner.play(samples)
+        if played < samples.size:  # stopped: the rest was never heard
+            self._played[-1] = (entry[0], entry[1][:played], entry[2])
+        return played
+
+    def level(self, t: float) -> float:
+        loudest = 0.0
+        for start, audio, rate in self._played:
+            a = max(0, int((t - self.span_s - start) * rate))
+            b = min(audio.size, int((t - start) * rate))
+            if b <= a:
+                continue
+            block = max(1, rate // 50)
+            seg = audio[a:b]
+            n = seg.size // block
+            if n:
+                rms = np.sqrt(np.mean(np.square(seg[:n * block].reshape(n, block)), axis=1))
+                loudest = max(loudest, float(rms.max()))
+        return loudest
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+    def resume(self) -> None:
+        self.inner.resume()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class Sink(Protocol):
+    sample_rate: int
+
+    async def open(self, sample_rate: int) -> None: ...
+    async def play(self, samples: np.ndarray) -> int: ...
+    def stop(self) -> None: ...
+    def resume(self) -> None: ...
+    async def close(self) -> None: ...

@@ -1,0 +1,205 @@
+"""The microphone barge-in task with fake devices that honour real timing.
+
+``Room`` is the acoustic world: a fake speaker (the real-time null sink behind a
+``PlaybackTap``) and a fake microphone that yields 20 ms blocks every 20 ms. The
+microphone hears the user's recorded speech and, when the room has ``echo`` > 0, the
+assistant's own voice as it is actually being played (delayed like a real echo path, and
+gone the moment playback stops). The barge-in decisions are then checked block by block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.audio_in import load_wav
+from pipeline.audio_out import RealtimeNullSink
+from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
+from pipeline.events import EventRecorder
+from pipeline.mic import (
+    SAMPLE_RATE,
+    WINDOW_MS,
+    MicBlock,
+    SileroStream,
+    UtteranceEnd,
+    UtteranceSegmenter,
+)
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+BLOCK = SAMPLE_RATE // 50  # 20 ms
+ECHO_DELAY_S = 0.04
+
+
+def silence(seconds: float) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    return (rng.standard_normal(int(seconds * SAMPLE_RATE)) * 0.001).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def vad() -> SileroStream:
+    return SileroStream()
+
+
+@pytest.fixture(scope="module")
+def assistant_voice() -> np.ndarray:
+    """A Piper voice saying two sentences, as int16 at 16 kHz (the speaker's rate here)."""
+    a = np.concatenate([load_wav(SAMPLES / "02_bicycle_history.wav"),
+                        load_wav(SAMPLES / "01_sleep_tips.wav")])
+    return (a * 32767).astype(np.int16)
+
+
+class Room:
+    """Fake speaker + fake microphone sharing one clock."""
+
+    def __init__(self, user: np.ndarray, echo: float = 0.0) -> None:
+        self.user, self.echo = user, echo
+        self.sink = RealtimeNullSink()
+        self.tap = PlaybackTap(self.sink)
+        self.recorder = EventRecorder(1)
+        self.bargein = BargeIn(self)
+        self.recorder.listeners.append(self.bargein.on_event)
+        self.blocks = 0
+        self.trigger_block: int | None = None
+        self.trigger_at: float | None = None
+        self.play_start: float | None = None
+        self.playing: np.ndarray | None = None
+        self.played = 0
+        self.play_returned: float | None = None
+        self.utterances: list[tuple[UtteranceEnd, bool]] = []
+
+    # the Interruptible the barge-in task drives (a TurnRunner in the product)
+    def interrupt(self, source: str = "user") -> bool:
+        if self.trigger_at is not None:
+            return False
+        self.trigger_at, self.trigger_block = time.monotonic(), self.blocks
+        self.recorder.emit("bargein.detected", source=source)
+        self.tap.stop()
+        return True
+
+    async def speak(self, voice: np.ndarray, after_s: float = 0.0) -> None:
+        await self.tap.open(SAMPLE_RATE)
+        await asyncio.sleep(after_s)
+        self.playing, self.play_start = voice, time.monotonic()
+        self.recorder.emit("playback.start", index=0)
+        self.played = await self.tap.play(voice)
+        self.play_returned = time.monotonic()
+        self.recorder.emit("playback.stopped" if self.trigger_at else "playback.end")
+
+    def heard_echo(self, t0: float, n: int) -> np.ndarray:
+        """What the microphone picks up of the speaker over [t0, t0 + n samples)."""
+        out = np.zeros(n, dtype=np.float32)
+        if not self.echo or self.playing is None or self.play_start is None:
+            return out
+        t = t0 + np.arange(n) / SAMPLE_RATE - ECHO_DELAY_S
+        i = ((t - self.play_start) * SAMPLE_RATE).astype(int)
+        audible = (i >= 0) & (i < self.playing.size) & (t < (self.trigger_at or np.inf))
+        out[audible] = self.playing[i[audible]] / 32768.0 * self.echo
+        return out
+
+    async def mic(self) -> AsyncIterator[MicBlock]:
+        start = time.monotonic()
+        for i in range(0, self.user.size, BLOCK):
+            due = start + (i + BLOCK) / SAMPLE_RATE
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            block = self.user[i:i + BLOCK] + self.heard_echo(due - BLOCK / SAMPLE_RATE,
+                                                             min(BLOCK, self.user.size - i))
+            self.blocks += 1
+            yield MicBlock(block.astype(np.float32), time.monotonic())
+
+    async def run(self, vad: SileroStream, voice: np.ndarray, *, headphones: bool,
+                  min_ms: int = 300) -> None:
+        vad.reset()
+        guard = EchoGuard(enabled=not headphones)
+        speaker = asyncio.create_task(self.speak(voice))
+        await self.bargein.watch(
+            self.mic(), UtteranceSegmenter(vad), lambda u, p: self.utterances.append((u, p)),
+            detector=SustainedSpeech(min_ms), tap=self.tap, guard=guard)
+        self.tap.stop()
+        await speaker
+
+
+def expected_trigger_block(vad: SileroStream, signal: np.ndarray, min_ms: int) -> int:
+    """Offline: the 20 ms block in which the voiced time first reaches ``min_ms``."""
+    vad.reset()
+    seg, det = UtteranceSegmenter(vad), SustainedSpeech(min_ms)
+    for b, i in enumerate(range(0, signal.size, BLOCK), start=1):
+        seg.feed(signal[i:i + BLOCK])
+        if any(det.window(v, WINDOW_MS) for _p, _r, v in seg.windows):
+            return b
+    raise AssertionError("the signal never reaches the minimum speech")
+
+
+async def test_speech_during_playback_interrupts_within_one_block(vad, assistant_voice):
+    user = np.concatenate([silence(1.0), load_wav(SAMPLES / "03_sky_blue.wav"),
+                           silence(1.0)])
+    room = Room(user)
+    await room.run(vad, assistant_voice, headphones=True)
+    assert room.trigger_at is not None and room.play_returned is not None
+    # decided in the very block that completed 300 ms of speech, not a block later
+    assert room.trigger_block == expected_trigger_block(vad, user, 300)
+    # the speaker went silent: play() returned with only what the schedule had played
+    assert room.play_start is not None
+    scheduled = (room.trigger_at - room.play_start) * SAMPLE_RATE
+    assert room.played <= scheduled + BLOCK
+    assert room.played < assistant_voice.size
+    print(f"\nbarge-in → silence {1000 * (room.play_returned - room.trigger_at):.1f} ms")
+    # the interrupting speech is still one whole utterance: it becomes the next turn
+    assert len(room.utterances) == 1
+    utterance, ignorable = room.utterances[0]
+    assert not ignorable and utterance.speech_ms > 1000
+
+
+async def test_speech_shorter_than_the_minimum_does_not_interrupt(vad, assistant_voice):
+    sky = load_wav(SAMPLES / "03_sky_blue.wav")
+    vad.reset()
+    seg = UtteranceSegmenter(vad)
+    seg.feed(sky)
+    first = next(i for i, (_p, _r, v) in enumerate(seg.windows) if v)
+    # one short word: 200 ms of speech from the onset, then silence
+    word = sky[int(first * 512):int(first * 512) + SAMPLE_RATE // 5]
+    user = np.concatenate([silence(1.0), word, silence(1.5)])
+    room = Room(user)
+    await room.run(vad, assistant_voice, headphones=True)
+    assert room.trigger_at is None
+
+
+async def test_speech_while_not_speaking_is_an_utterance_not_a_barge_in(vad):
+    user = np.concatenate([silence(0.5), load_wav(SAMPLES / "03_sky_blue.wav"),
+                           silence(1.0)])
+    room = Room(user)
+    quiet = np.zeros(0, dtype=np.int16)
+    await room.run(vad, quiet, headphones=True)  # the assistant never speaks
+    assert room.trigger_at is None
+    assert [p for _u, p in room.utterances] == [False]
+
+
+async def test_echo_guard_ignores_the_assistants_own_voice(vad, assistant_voice):
+    user = silence(assistant_voice.size / SAMPLE_RATE + 0.5)  # the user says nothing
+    without_guard = Room(user, echo=0.25)
+    await without_guard.run(vad, assistant_voice, headphones=True)
+    # the echo is real speech to the VAD: with the guard off, the assistant interrupts itself
+    assert without_guard.trigger_at is not None
+    with_guard = Room(user, echo=0.25)
+    await with_guard.run(vad, assistant_voice, headphones=False)
+    assert with_guard.trigger_at is None
+    # and its echo never became a user utterance either (or only one flagged as ignorable)
+    assert all(ignorable for _u, ignorable in with_guard.utterances)
+
+
+async def test_echo_guard_lets_a_louder_user_through(vad, assistant_voice):
+    voice = load_wav(SAMPLES / "06_learn_language.wav")
+    user = np.concatenate([silence(1.5), voice, silence(1.0)])
+    room = Room(user, echo=0.25)
+    await room.run(vad, assistant_voice, headphones=False)
+    assert room.trigger_at is not None
+    # and it needs longer speech than without the guard (300 ms + extra_ms)
+    plain = Room(user, echo=0.0)
+    await plain.run(vad, assistant_voice, headphones=True)
+    assert plain.trigger_block is not None and room.trigger_block is not None
+    assert room.trigger_block > plain.trigger_block
+    print(f"\nguarded barge-in {20 * (room.trigger_block - plain.trigger_block)} ms later")
