@@ -1,4 +1,4 @@
-"""Audio input: recorded WAV turns (``load_wav``) and, later, microphone capture.
+"""Audio input from recorded WAV turns (``load_wav``); the microphone is ``pipeline.mic``.
 
 Whisper wants float32 mono at 16 kHz. Any PCM WAV flavour is accepted (8/16/24/32-bit
 integer or float, mono or stereo, any rate); decoding and resampling are PyAV's job through
@@ -154,14 +154,6 @@ def _decode(path: str | Path) -> np.ndarray:
     return np.asarray(audio, dtype=np.float32)
 
 
-# --- Microphone capture (issue 5, `voice-llm talk`) -----------------------------------
-# Not built yet. It belongs here, next to load_wav, and should:
-#   * capture with sounddevice (imported lazily, like pipeline.audio_out.SoundDeviceSink)
-#     at SAMPLE_RATE, mono, float32, in small blocks (e.g. 20-32 ms; Silero VAD in
-#     faster_whisper.vad wants 512-sample frames at 16 kHz);
-#   * hand blocks to the event loop with loop.call_soon_threadsafe into an asyncio.Queue
-#     (the PortAudio callback must never block);
-#   * raise pipeline.audio_out.AudioDeviceError with one line when PortAudio or the input
-#     device is missing.
-# The barge-in task (pipeline/bargein.py) consumes those blocks; it alone decides
-# interruptions.
+# --- Microphone capture ---------------------------------------------------------------
+# Live input for `voice-llm talk` (issue 5) lives in pipeline/mic.py (MicSource, streaming
+# Silero VAD, utterance segmenter); it delivers the same float32 16 kHz mono as load_wav.

@@ -74,8 +74,11 @@ class RealtimeNullSink:
         self._stopped = False
         self._wake: asyncio.Future[float] | None = None  # resolved by stop() with its time
         self._schedule_end: float | None = None  # loop time when the last sample ends
+        self._closed = False
 
     async def open(self, sample_rate: int) -> None:
+        if self._closed:  # like a device: reopened after close() it plays again
+            self._stopped = self._closed = False
         self.sample_rate = sample_rate
         self._schedule_end = None
 
@@ -128,7 +131,8 @@ class RealtimeNullSink:
         self._stopped = False
 
     async def close(self) -> None:
-        self.stop()
+        self.stop()  # a play() still running returns now
+        self._closed = True
 
 
 class WavFileSink:

@@ -251,3 +251,20 @@ def test_sound_device_sink_through_pulseaudio(pulse_null_sink: dict[str, str]) -
     assert result["after_stop"] == 0
     tone_s = float((np.abs(heard) > 1000).sum()) / 22050
     assert tone_s > 0.4  # the tone reached the speaker's monitor
+
+
+async def test_null_sink_reopened_after_close_plays_again() -> None:
+    sink = RealtimeNullSink()
+    await sink.open(RATE)
+    await sink.close()
+    await sink.open(RATE)
+    assert await sink.play(ramp(0.02)) == 320
+
+
+async def test_null_sink_close_ends_a_running_play() -> None:
+    sink = RealtimeNullSink()
+    await sink.open(RATE)
+    task = asyncio.create_task(sink.play(ramp(2.0)))
+    await asyncio.sleep(0.05)
+    await sink.close()
+    assert 0 < await asyncio.wait_for(task, 1.0) < 2 * RATE
