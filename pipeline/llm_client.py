@@ -292,13 +292,15 @@ class ChatStream:
         self._closing = True
         self._done = True
         request = self._request
-        if request is not None and not request.done():
-            request.cancel()  # aiohttp closes the half-open connection itself
-            await asyncio.wait({request})
-        if request is not None and request.done() and not request.cancelled():
-            if request.exception() is None and self._response is None:
-                self._response = request.result()  # headers won the race with cancel()
-        self._close_connection()
+        try:
+            if request is not None and not request.done():
+                request.cancel()  # aiohttp closes the half-open connection itself
+                await asyncio.wait({request})
+        finally:
+            # Even if this wait is cancelled in turn, the socket must not outlive us.
+            if request is not None and request.done() and not request.cancelled():
+                request.exception()  # retrieved: the consumer reports errors, not asyncio
+            self._close_connection()
 
     # --- reading ---------------------------------------------------------------------
 
@@ -316,8 +318,9 @@ class ChatStream:
 
     async def _start(self) -> None:
         self.request_at = time.monotonic()
-        self._request = asyncio.create_task(self._client._post_chat(self.body),
-                                            name="llm-post")
+        # The POST runs as its own task so that aclose() from another task can cancel it
+        # while the consumer waits for the headers (a barge-in during prefill).
+        self._request = asyncio.create_task(self._post(), name="llm-post")
         try:
             response = await self._request
         except asyncio.CancelledError:
@@ -326,7 +329,8 @@ class ChatStream:
                 return  # aclose() from another task cancelled the POST: just end
             raise
         now = time.monotonic()
-        self._response = response
+        if self._closing:
+            return  # aclose() ran while the headers were arriving; it closed the response
         log.debug("llm response %s after %.1f ms", response.status,
                   (now - self.request_at) * 1000)
         if response.content_type != "text/event-stream":
@@ -334,6 +338,13 @@ class ChatStream:
                                  f"{response.content_type!r}, not an event stream; is it "
                                  f"really llama-server?")
         self._pending.append(ResponseStarted(now, response.status))
+
+    async def _post(self) -> aiohttp.ClientResponse:
+        response = await self._client._post_chat(self.body)
+        # Stored before returning (no await in between): even if this task is cancelled on
+        # its way out, aclose() still finds the response and closes its socket.
+        self._response = response
+        return response
 
     async def _read(self) -> bytes:
         assert self._response is not None
