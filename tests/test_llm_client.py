@@ -418,3 +418,15 @@ async def test_get_json_http_error(client: LlmClient) -> None:
     with pytest.raises(LlmHttpError) as info:
         await client.get_json("/nope")
     assert info.value.status == 404 and "HTTP 404 on /nope" in str(info.value)
+
+
+async def test_last_timings_available_before_the_end(fake: FakeLlm, client: LlmClient) -> None:
+    # With timings_per_token every chunk carries timings; a stream closed early keeps them.
+    chunk = (b'data: {"choices":[{"delta":{"content":"x"}}],'
+             b'"timings":{"prompt_n":3,"cache_n":9}}\n\n')
+    fake.reply = Reply(raw=[chunk, "stall"])
+    async with client.stream_chat(MESSAGES) as stream:
+        async for event in stream:
+            if isinstance(event, TokenDelta):
+                break
+    assert stream.last_timings == {"prompt_n": 3, "cache_n": 9} and stream.finished is None
