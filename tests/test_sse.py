@@ -1,8 +1,15 @@
-"""SseParser: pure, byte-level cases (no event loop)."""
+"""SseParser: pure, byte-level cases (no event loop); then scripts/sse.py end to end."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+
 import pytest
+from fake_llm import FakeLlm, Reply
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -150,3 +157,38 @@ def test_any_split_gives_same_payloads(cuts: list[int], newline: bytes) -> None:
     bounds = [0, *sorted(min(c, len(stream)) for c in cuts), len(stream)]
     pieces = [stream[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
     assert feed_all(pieces) == EXPECTED
+
+
+# --- scripts/sse.py, the lab's seed tool, against the fake server ---------------------------
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "sse.py"
+
+
+async def run_script(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(SCRIPT), *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "COLUMNS": "100"})
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_script_marks_role_first_token_and_timings() -> None:
+    async with FakeLlm(Reply(tokens=["Hi", " there", "."], token_delay=0.01)) as fake:
+        code, out, err = await run_script("--url", fake.url, "--max-tokens", "8",
+                                          "--no-cache", "--system", "Be brief.")
+        body = fake.requests[-1].body
+    assert code == 0, err
+    lines = out.splitlines()
+    labels = [line.split()[2] for line in lines if " ms  " in line and len(line.split()) > 2]
+    assert labels[:3] == ["HTTP", "ROLE", "FIRST"] and "FINISH" in labels and "DONE" in labels
+    assert all(len(line) <= 100 for line in lines if "{" in line)  # cut to the terminal
+    assert "first token TTFT" in out and "prompt_n=12" in out and "'Hi there.'" in out
+    assert body["cache_prompt"] is False and body["max_tokens"] == 8
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+
+
+async def test_script_one_line_error_when_no_server() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        code, _, err = await run_script("--url", f"http://127.0.0.1:{sock.getsockname()[1]}")
+    assert code == 1 and err.strip().count("\n") == 0 and "no llama-server at" in err
