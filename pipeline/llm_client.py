@@ -450,10 +450,19 @@ def _decode_chunk(payload: str) -> dict[str, Any]:
     return chunk
 
 
+# What to do about the statuses llama-server is known to answer (DESIGN.md facts).
+_STATUS_HINTS = {
+    401: "give the client the server's --api-key",
+    404: "is this URL really a llama-server?",
+    503: "the model is still loading; wait until /health answers 200",
+}
+
+
 def _http_error(path: str, status: int, body: str) -> LlmHttpError:
     message = _server_message(body) or _one_line(body)[:200] or "no details"
-    return LlmHttpError(f"llama-server answered HTTP {status} on {path}: {message}",
-                        status=status, body=body)
+    hint = _STATUS_HINTS.get(status)
+    return LlmHttpError(f"llama-server answered HTTP {status} on {path}: {message}"
+                        + (f" ({hint})" if hint else ""), status=status, body=body)
 
 
 def _server_message(body: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -430,3 +431,14 @@ async def test_last_timings_available_before_the_end(fake: FakeLlm, client: LlmC
             if isinstance(event, TokenDelta):
                 break
     assert stream.last_timings == {"prompt_n": 3, "cache_n": 9} and stream.finished is None
+
+
+@pytest.mark.parametrize(("status", "words"), [(401, "Invalid API Key (authentication_error) "
+                                                    "(give the client the server's --api-key)"),
+                                               (503, "Loading model (unavailable_error) "
+                                                     "(the model is still loading")])
+async def test_http_error_hints(fake: FakeLlm, client: LlmClient, status: int,
+                                words: str) -> None:
+    fake.reply = Reply(status=status)
+    with pytest.raises(LlmHttpError, match=re.escape(words)):
+        await collect(client)
