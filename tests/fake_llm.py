@@ -49,7 +49,11 @@ class Reply:
 
     tokens: Sequence[str] = ("Hello", "!", " How", " can", " I", " help", "?")
     token_delay: float = 0.0  # seconds before each content chunk (decode speed)
-    first_delay: float = 0.0  # seconds before the headers (queueing + prefill)
+    first_delay: float = 0.0  # seconds before the headers
+    # Seconds after the headers, before the role chunk. The real server answers 200 at once
+    # and sends the role chunk together with the first token after prefill: use this to
+    # mimic prefill, and ``first_delay`` for a server that is slow to answer at all.
+    prefill_delay: float = 0.0
     role_chunk: bool = True  # llama-server's role-only first chunk (content: null)
     pings: int = 0  # ":" keep-alive comment events before each content chunk
     finish_reason: str | None = "stop"  # None: no finish chunk at all
@@ -73,7 +77,7 @@ class Reply:
         """The body as a list of steps (what the server will do, in order)."""
         if self.raw is not None:
             return list(self.raw)
-        steps: list[Step] = []
+        steps: list[Step] = [self.prefill_delay] if self.prefill_delay else []
         if self.role_chunk:
             steps.append(self._event(_chunk({"role": "assistant", "content": None})))
         for index, token in enumerate(self.tokens):

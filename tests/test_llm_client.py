@@ -442,3 +442,11 @@ async def test_http_error_hints(fake: FakeLlm, client: LlmClient, status: int,
     fake.reply = Reply(status=status)
     with pytest.raises(LlmHttpError, match=re.escape(words)):
         await collect(client)
+
+
+async def test_prefill_delay_separates_headers_from_role_chunk(fake: FakeLlm,
+                                                               client: LlmClient) -> None:
+    fake.reply = Reply(prefill_delay=0.1)  # like the real server: 200 first, tokens later
+    _, events = await collect(client)
+    assert isinstance(events[0], ResponseStarted) and isinstance(events[1], RoleChunk)
+    assert events[1].t - events[0].t >= 0.09
