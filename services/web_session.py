@@ -1,0 +1,287 @@
+"""One browser conversation over a WebSocket: its own TurnRunner, history and speaker.
+
+Messages from the browser (JSON text frames unless noted)::
+
+    {"type": "audio.begin", "sample_rate": 16000}   start an utterance (int16 mono PCM)
+    <binary>                                        PCM frames of the open utterance, or a
+                                                    whole WAV file (starts with RIFF)
+    {"type": "audio.end", "trailing_silence_ms": N} the user stopped: run the turn
+    {"type": "audio.cancel"}                        drop the open utterance
+    {"type": "interrupt"}                           barge-in (button or voice onset)
+    {"type": "text", "text": "..."}                 a typed turn (no ASR)
+    {"type": "reset"}                               forget the history
+
+Messages to the browser: ``hello``, ``audio.format``, ``event`` (the DESIGN.md event dict
+under ``"event"``), ``transcript``, ``sentence``, binary audio frames, ``audio.stop``,
+``turn.result`` and ``error`` (one line; the session goes on).
+
+A new utterance while the assistant is still busy is a barge-in: it goes through
+``BargeIn`` (the single decider), then the new turn runs once the old one has hung up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import tempfile
+import time
+import wave
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.audio_in import SAMPLE_RATE, AudioFileError, load_wav
+from pipeline.bargein import BargeIn
+from pipeline.conversation import Conversation
+from pipeline.events import Event
+from pipeline.tasks import TaskSet
+from services.timeline import marks, stage_spans
+from services.ws_sink import Outbox, WebSocketSink
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from pipeline.turn import TurnResult
+    from services.assistant import Assistant
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_upload_bytes: int = 10 * 1024 * 1024  # a WAV upload (POST or one WS message)
+    max_utterance_s: float = 60.0  # streamed PCM per utterance
+    max_text_chars: int = 2000
+
+
+class ProtocolError(Exception):
+    """A malformed or unexpected message: reported in one line, the session goes on."""
+
+
+# --- audio decoding (shared with POST /api/turn) ---------------------------------------
+def decode_wav_bytes(data: bytes, name: str) -> np.ndarray:
+    """A WAV upload as float32 16 kHz mono (blocking: run in a thread).
+
+    ``load_wav`` does the checking and PyAV the decoding/resampling; its one-line
+    ``AudioFileError`` is re-issued under the upload's name rather than a temp path.
+    """
+    with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+        f.write(data)
+        f.flush()
+        try:
+            return load_wav(f.name)
+        except AudioFileError as e:
+            raise AudioFileError(name, e.problem) from None
+
+
+def decode_pcm16(data: bytes, sample_rate: int) -> np.ndarray:
+    """Browser PCM (int16 LE mono) as float32 16 kHz; other rates go through PyAV."""
+    data = data[:len(data) - len(data) % 2]
+    if sample_rate == SAMPLE_RATE:
+        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sample_rate)
+        w.writeframes(data)
+    return decode_wav_bytes(buf.getvalue(), f"utterance at {sample_rate} Hz")
+
+
+# --- one session ---------------------------------------------------------------------
+@dataclass
+class Utterance:
+    sample_rate: int
+    limit_bytes: int
+    pcm: bytearray = field(default_factory=bytearray)
+    overflowed: bool = False
+
+
+@dataclass
+class TurnInput:
+    t0: float  # monotonic time the user's audio ended (turn t = 0)
+    text: str | None = None
+    pcm: bytes | None = None
+    sample_rate: int = SAMPLE_RATE
+    wav: bytes | None = None
+    name: str = "utterance"
+
+
+class BrowserSession:
+    def __init__(self, session_id: str, assistant: Assistant, ws: web.WebSocketResponse,
+                 limits: Limits) -> None:
+        self.id = session_id
+        self.ws = ws
+        self.limits = limits
+        self.outbox = Outbox(ws)
+        self.sink = WebSocketSink(self.outbox)
+        self.sample_rate = assistant.tts.sample_rate
+        self.runner = assistant.runner(self.sink, Conversation(), listeners=[self.on_event])
+        self.bargein = BargeIn(self.runner)
+        self.runner.listeners.append(self.bargein.on_event)
+        self.inputs: asyncio.Queue[TurnInput] = asyncio.Queue()
+        self.utterance: Utterance | None = None
+        self.tasks = TaskSet(f"session-{session_id}")
+
+    async def serve(self) -> None:
+        from aiohttp import WSMsgType
+
+        await self.sink.open(self.sample_rate)
+        self.outbox.json({"type": "hello", "session": self.id,
+                          "input": {"sample_rate": SAMPLE_RATE, "encoding": "s16le"},
+                          "limits": {"max_upload_bytes": self.limits.max_upload_bytes,
+                                     "max_utterance_s": self.limits.max_utterance_s,
+                                     "max_text_chars": self.limits.max_text_chars}})
+        self.tasks.spawn("writer", self.outbox.run())
+        self.tasks.spawn("turns", self.run_turns())
+        try:
+            async for msg in self.ws:
+                if msg.type == WSMsgType.TEXT:
+                    self.receive(self.on_text, msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    self.receive(self.on_binary, msg.data)
+        finally:
+            # Hang up on the LLM first (a cancelled read would leave llama-server working).
+            self.bargein.trigger("disconnect")
+            await self.tasks.cancel_all()
+            await self.sink.close()
+
+    def receive(self, handle: Callable[[Any], None], data: Any) -> None:
+        try:
+            handle(data)
+        except ProtocolError as e:
+            self.error(str(e))
+
+    def error(self, message: str) -> None:
+        log.info("session %s: %s", self.id, message)
+        self.outbox.json({"type": "error", "message": message})
+
+    # -- incoming ---------------------------------------------------------------------
+    def on_text(self, raw: str) -> None:
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            raise ProtocolError(f"malformed message (not JSON): {raw[:60]!r}") from None
+        if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+            raise ProtocolError("malformed message: expected a JSON object with a \"type\"")
+        handler = {"audio.begin": self.on_audio_begin, "audio.end": self.on_audio_end,
+                   "audio.cancel": self.on_audio_cancel, "interrupt": self.on_interrupt,
+                   "text": self.on_typed, "reset": self.on_reset}.get(msg["type"])
+        if handler is None:
+            raise ProtocolError(f"unknown message type {msg['type']!r}")
+        handler(msg)
+
+    def on_audio_begin(self, msg: dict[str, Any]) -> None:
+        rate = msg.get("sample_rate", SAMPLE_RATE)
+        if not isinstance(rate, int) or isinstance(rate, bool) or not 8000 <= rate <= 96000:
+            raise ProtocolError(f"audio.begin: sample_rate must be an integer 8000-96000 Hz, "
+                                f"not {rate!r}")
+        limit = int(self.limits.max_utterance_s * rate) * 2
+        self.utterance = Utterance(rate, limit)
+
+    def on_audio_end(self, msg: dict[str, Any]) -> None:
+        t0 = time.monotonic()
+        utt, self.utterance = self.utterance, None
+        if utt is None:
+            raise ProtocolError("audio.end without audio.begin")
+        if utt.overflowed:
+            return  # already reported when it overflowed
+        if not utt.pcm:
+            raise ProtocolError("audio.end: the utterance has no audio")
+        self.submit(TurnInput(t0, pcm=bytes(utt.pcm), sample_rate=utt.sample_rate))
+
+    def on_audio_cancel(self, msg: dict[str, Any]) -> None:
+        self.utterance = None
+
+    def on_interrupt(self, msg: dict[str, Any]) -> None:
+        self.bargein.trigger("browser")
+
+    def on_typed(self, msg: dict[str, Any]) -> None:
+        text = msg.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise ProtocolError("text: \"text\" must be a non-empty string")
+        if len(text) > self.limits.max_text_chars:
+            raise ProtocolError(f"text: longer than {self.limits.max_text_chars} characters")
+        self.submit(TurnInput(time.monotonic(), text=text.strip()))
+
+    def on_reset(self, msg: dict[str, Any]) -> None:
+        if self.runner.busy:
+            raise ProtocolError("reset: a turn is running (interrupt it first)")
+        self.runner.conversation = Conversation()
+
+    def on_binary(self, data: bytes) -> None:
+        utt = self.utterance
+        if utt is None:
+            if data[:4] != b"RIFF":
+                raise ProtocolError("binary message outside audio.begin/audio.end and not "
+                                    "a WAV file")
+            if len(data) > self.limits.max_upload_bytes:
+                raise ProtocolError(f"WAV message larger than "
+                                    f"{self.limits.max_upload_bytes} bytes")
+            self.submit(TurnInput(time.monotonic(), wav=data, name="uploaded WAV"))
+            return
+        if utt.overflowed:
+            return
+        if len(utt.pcm) + len(data) > utt.limit_bytes:
+            utt.overflowed = True
+            utt.pcm.clear()
+            raise ProtocolError(f"utterance longer than {self.limits.max_utterance_s:g} s: "
+                                "dropped")
+        utt.pcm.extend(data)
+
+    def submit(self, turn_input: TurnInput) -> None:
+        if self.runner.busy:  # speaking over the assistant (or typing): barge-in
+            self.bargein.trigger("new-utterance")
+        self.inputs.put_nowait(turn_input)
+
+    # -- turns ------------------------------------------------------------------------
+    async def run_turns(self) -> None:
+        while True:
+            turn_input = await self.inputs.get()
+            try:
+                await self.run_turn(turn_input)
+            except AudioFileError as e:
+                self.error(str(e))
+            except Exception as e:  # a bug in one turn must not end the conversation
+                log.exception("session %s: turn failed", self.id)
+                self.error(f"internal error: {type(e).__name__}: {e}")
+
+    async def run_turn(self, turn_input: TurnInput) -> None:
+        audio: np.ndarray | None = None
+        if turn_input.wav is not None:
+            audio = await asyncio.to_thread(decode_wav_bytes, turn_input.wav, turn_input.name)
+        elif turn_input.pcm is not None:
+            audio = await asyncio.to_thread(decode_pcm16, turn_input.pcm,
+                                            turn_input.sample_rate)
+        result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0)
+        self.outbox.json(result_message(result))
+
+    # -- outgoing ---------------------------------------------------------------------
+    def on_event(self, ev: Event) -> None:
+        self.outbox.json({"type": "event", "event": ev.to_dict()})
+        if ev.name == "asr.end":
+            self.outbox.json({"type": "transcript", "turn": ev.turn,
+                              "text": ev.data.get("text", "")})
+        elif ev.name == "splitter.sentence":
+            self.outbox.json({"type": "sentence", "turn": ev.turn,
+                              "index": ev.data.get("index"), "text": ev.data.get("text")})
+
+
+def result_message(result: TurnResult) -> dict[str, Any]:
+    spans = stage_spans(result.events)
+    end = max([b for row in spans.values() for _, b in row]
+              + [e.t for e in result.events] + [0.0])
+    return {"type": "turn.result", "turn": result.turn, "mode": result.mode,
+            "transcript": result.transcript, "reply": result.reply, "heard": result.heard,
+            "interrupted": result.interrupted, "error": result.error,
+            "metrics": result.metrics,
+            "timeline": {"end": round(end, 4),
+                         "spans": {k: [[round(a, 4), round(b, 4)] for a, b in v]
+                                   for k, v in spans.items()},
+                         "marks": {k: [round(t, 4) for t in v]
+                                   for k, v in marks(result.events).items()}}}
+
