@@ -215,6 +215,9 @@ class LlmClient:
 
     def _request_error(self, exc: aiohttp.ClientError, path: str) -> LlmError:
         """Translate an aiohttp failure before/while reading a response."""
+        if isinstance(exc, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
+            return LlmUnreachable(f"{self.base_url!r} is not a usable llama-server URL "
+                                  f"(expected http://HOST:PORT)")
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
             return LlmUnreachable(f"no answer from {self.base_url} within "
                                   f"{self.connect_timeout:g} s (is llama-server running? "

@@ -450,3 +450,10 @@ async def test_prefill_delay_separates_headers_from_role_chunk(fake: FakeLlm,
     _, events = await collect(client)
     assert isinstance(events[0], ResponseStarted) and isinstance(events[1], RoleChunk)
     assert events[1].t - events[0].t >= 0.09
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8080", "ftp://127.0.0.1:8080"])
+async def test_bad_url_is_one_clear_line(url: str) -> None:
+    async with LlmClient(url) as llm:
+        with pytest.raises(LlmUnreachable, match="not a usable llama-server URL"):
+            await collect(llm)
