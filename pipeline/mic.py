@@ -312,7 +312,11 @@ def _one_line(e: BaseException) -> str:
 def list_devices() -> str:
     """The devices PortAudio sees, one per line, marking the defaults (> input, < output)."""
     sd = import_sounddevice()
-    return str(sd.query_devices())
+    devices = sd.query_devices()
+    if not len(devices):
+        return ("no audio devices found: connect one, or start a sound server "
+                "(PulseAudio/PipeWire) so PortAudio can see it")
+    return str(devices)
 
 
 def check_input_device(device: str | int | None) -> str:

@@ -1,0 +1,232 @@
+"""``voice-llm talk``: a spoken conversation through the microphone and the speakers.
+
+One task reads the microphone for the whole conversation (``BargeIn.watch``): it cuts
+utterances with Silero VAD, queues them as turns, and is the only thing that decides a
+barge-in when the user talks over the assistant. The main loop runs one turn per
+utterance. Ctrl-C ends it cleanly: the turn is cancelled, the LLM stream closed, both
+audio streams stopped and closed, and the history optionally saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from services.errors import UserError
+from services.replay import add_turn_options, turn_config
+
+if TYPE_CHECKING:
+    from pipeline.events import Event
+    from pipeline.mic import SegmentEvent, UtteranceEnd
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
+    p.add_argument("--list-devices", action="store_true",
+                   help="list the audio devices PortAudio sees and exit")
+    p.add_argument("--input-device", metavar="X", help="microphone: index or part of the "
+                   "name from --list-devices (default: the system default)")
+    p.add_argument("--output-device", metavar="Y", help="speakers: index or part of the "
+                   "name (default: the system default)")
+    p.add_argument("--mode", choices=("streamed", "serial"), default="streamed",
+                   help="streamed: speak from the first sentence; serial: whole reply "
+                   "first (default %(default)s)")
+    p.add_argument("--events", type=Path, metavar="FILE",
+                   help="write every timing event as JSON lines to FILE")
+    p.add_argument("--headphones", action="store_true",
+                   help="no echo guard: the microphone cannot hear the assistant, so any "
+                   "speech over it barges in (see docs/talk.md)")
+    p.add_argument("--end-silence-ms", type=int, default=600, metavar="MS",
+                   help="silence that ends your utterance (default %(default)s)")
+    p.add_argument("--bargein-min-ms", type=int, default=300, metavar="MS",
+                   help="speech over the assistant that interrupts it (default %(default)s; "
+                   "the echo guard adds 200 ms unless --headphones)")
+    p.add_argument("--save-history", type=Path, metavar="FILE",
+                   help="write the conversation history as JSON when the talk ends")
+    add_turn_options(p)
+
+
+def device_arg(spec: str | None) -> str | int | None:
+    """sounddevice takes an index or a substring of the name."""
+    if spec is None or spec == "":
+        return None
+    return int(spec) if spec.isdigit() else spec
+
+
+def run(args: argparse.Namespace) -> int:
+    from pipeline.audio_out import AudioDeviceError
+    from pipeline.mic import check_input_device, list_devices
+
+    try:
+        if args.list_devices:
+            print(list_devices())
+            return 0
+        if args.end_silence_ms < 100 or args.bargein_min_ms < 0:
+            raise UserError("--end-silence-ms must be >= 100 and --bargein-min-ms >= 0")
+        mic_name = check_input_device(device_arg(args.input_device))
+        speaker_name = _check_output_device(device_arg(args.output_device))
+    except AudioDeviceError as e:
+        raise UserError(str(e)) from None
+    try:
+        return asyncio.run(_talk(args, mic_name, speaker_name))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # cleaned up inside already
+        print("\nbye", file=sys.stderr)
+        return 0
+    except AudioDeviceError as e:
+        raise UserError(str(e)) from None
+
+
+def _check_output_device(device: str | int | None) -> str:
+    from pipeline.audio_out import AudioDeviceError, import_sounddevice
+
+    sd = import_sounddevice()
+    try:
+        return str(sd.query_devices(device, kind="output")["name"])
+    except (sd.PortAudioError, ValueError) as e:
+        what = "no default output device" if device is None else f"no output device {device!r}"
+        raise AudioDeviceError(f"{what} ({' '.join(str(e).split())}): pick one with "
+                               "--output-device (see voice-llm talk --list-devices)") from None
+
+
+class Status:
+    """The live one-line status: rewritten in place on a terminal, one line per change
+    otherwise (so a log or a test can follow it)."""
+
+    def __init__(self, out: IO[str] = sys.stderr) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.state = ""
+
+    def set(self, state: str, detail: str = "") -> None:
+        if state == self.state and not detail:
+            return
+        self.state = state
+        text = f"[{state}] {detail}".rstrip()
+        if self.tty:
+            self.out.write(f"\r\033[K{text}")
+        else:
+            self.out.write(text + "\n")
+        self.out.flush()
+
+    def line(self, text: str) -> None:
+        """A permanent line (the turn's summary) under the status."""
+        self.out.write(("\r\033[K" if self.tty else "") + text + "\n")
+        self.out.flush()
+        self.state = ""
+
+    def on_event(self, ev: Event) -> None:
+        if ev.name == "turn.start":
+            self.set("thinking")
+        elif ev.name == "playback.start":
+            self.set("speaking")
+        elif ev.name == "bargein.detected":
+            self.set("interrupted")
+
+    def on_segment(self, ev: SegmentEvent, busy: bool) -> None:
+        from pipeline.mic import SpeechStart, UtteranceEnd
+
+        if isinstance(ev, SpeechStart) and not busy:
+            self.set("hearing you")
+        elif isinstance(ev, UtteranceEnd) and not busy:
+            self.set("thinking")
+
+
+async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> int:
+    from pipeline.audio_out import SoundDeviceSink
+    from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
+    from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
+    from pipeline.tasks import TaskSet
+    from services.assistant import load_assistant
+    from services.timeline import summary_line
+
+    # Ctrl-C / SIGTERM cancel this task, so every `finally` below runs: the turn's LLM
+    # stream closes, both audio streams stop, the history is saved. Installed explicitly:
+    # a process started in the background by a shell has SIGINT ignored otherwise.
+    main = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if main is not None:
+            loop.add_signal_handler(sig, main.cancel)
+    status = Status()
+    events_file: IO[str] | None = args.events.open("w") if args.events else None
+
+    def write_event(ev: Event) -> None:
+        if events_file:
+            events_file.write(ev.to_json() + "\n")
+            events_file.flush()  # followed live (tail -f, tests)
+
+    assistant = await load_assistant(args.llm_url, language=args.language,
+                                     config=turn_config(args, args.mode))
+    sink = PlaybackTap(SoundDeviceSink(device_arg(args.output_device)))
+    runner = assistant.runner(sink, listeners=[write_event, status.on_event])
+    bargein = BargeIn(runner)
+    runner.listeners.append(bargein.on_event)
+    segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
+        end_silence_ms=args.end_silence_ms, bargein_min_ms=args.bargein_min_ms))
+    utterances: asyncio.Queue[tuple[UtteranceEnd, float]] = asyncio.Queue()
+
+    def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
+        if during_playback:  # began over the assistant and did not barge in: not a turn
+            log.info("ignored %.0f ms of speech over the reply", u.speech_ms)
+            return
+        utterances.put_nowait((u, time.monotonic()))
+
+    tasks = TaskSet("talk")
+    try:
+        await sink.open(assistant.tts.sample_rate)
+        async with MicSource(device_arg(args.input_device)) as mic:
+            watcher = tasks.spawn("bargein", bargein.watch(
+                mic, segmenter, on_utterance, detector=SustainedSpeech(args.bargein_min_ms),
+                tap=sink, guard=EchoGuard(enabled=not args.headphones),
+                on_segment=lambda ev: status.on_segment(ev, runner.busy)))
+            print(f"ready: listening on {mic_name!r}, speaking on {speaker_name!r} "
+                  f"({args.mode}{', headphones' if args.headphones else ''}); Ctrl-C ends",
+                  flush=True)
+            status.set("listening")
+            await _conversation(runner, utterances, status, summary_line, watcher)
+    finally:
+        await tasks.cancel_all()
+        await sink.close()
+        await assistant.close()
+        if events_file:
+            events_file.close()
+        if args.save_history:
+            args.save_history.write_text(json.dumps(runner.conversation.to_json(), indent=2,
+                                                    ensure_ascii=False))
+            print(f"history saved to {args.save_history}", file=sys.stderr)
+    return 0
+
+
+async def _conversation(runner: Any, utterances: asyncio.Queue[tuple[UtteranceEnd, float]],
+                        status: Status, summary_line: Any,
+                        watcher: asyncio.Task[None]) -> None:
+    while True:
+        get = asyncio.ensure_future(utterances.get())
+        # if the microphone task ends (device lost), the conversation ends with it
+        done, _ = await asyncio.wait({get, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if get not in done:
+            get.cancel()
+            watcher.result()  # re-raises the device error, if that is why it ended
+            return
+        utterance, detected_at = get.result()
+        # t = 0 is when the end of the utterance was decided: the turn could not start
+        # earlier; the end-of-speech silence before it is shown separately
+        wait_ms = (utterance.detected_sample - utterance.end_sample) / 16.0
+        result = await runner.run(utterance.audio, t0=detected_at)
+        said = result.heard if result.interrupted else result.reply
+        status.line(f"you: {result.transcript}")
+        if result.error:
+            status.line(f"  error: {result.error}")
+        else:
+            status.line(f"assistant: {said.strip()}"
+                        + ("  [interrupted]" if result.interrupted else ""))
+        status.line(f"  {summary_line(result.metrics)} · end-of-speech wait {wait_ms:.0f} ms")
+        status.set("listening")

@@ -1,0 +1,201 @@
+"""``voice-llm talk`` through a real PortAudio path, no hardware: PulseAudio null sinks.
+
+The test starts its own PulseAudio daemon (``XDG_RUNTIME_DIR`` in a temp folder) with two
+null sinks: ``mic`` (its monitor is the microphone ``talk`` records) and ``speaker`` (where
+``talk`` plays; its monitor is recorded with ``parecord``). A question is played into the
+microphone with ``paplay``; the reply must come out of the speaker as speech of a
+plausible length. A second question is then played over the reply: the reply must stop
+(barge-in from the microphone VAD) and the second question must be answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+TOOLS = ("pulseaudio", "pactl", "paplay", "parecord")
+
+pytestmark = [
+    pytest.mark.audio,
+    pytest.mark.integration,
+    pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),
+                       reason="PulseAudio is not installed (apt-get install pulseaudio "
+                       "pulseaudio-utils; scripts/setup does it)"),
+]
+
+
+@pytest.fixture
+def pulse() -> Iterator[dict[str, str]]:
+    """A private PulseAudio daemon; yields the environment that reaches it."""
+    # unix socket paths are limited to 108 bytes: keep the runtime dir short
+    runtime = tempfile.mkdtemp(prefix="pa-", dir="/tmp")
+    env = {**os.environ, "XDG_RUNTIME_DIR": runtime, "PULSE_SERVER":
+           f"unix:{runtime}/pulse/native", "HOME": runtime}
+    env.pop("PULSE_SINK", None)
+    env.pop("PULSE_SOURCE", None)
+    subprocess.run(["pulseaudio", "-D", "-n", "--exit-idle-time=-1", "--daemonize=yes",
+                    "--load=module-native-protocol-unix",
+                    "--load=module-null-sink sink_name=mic",
+                    "--load=module-null-sink sink_name=speaker"],
+                   env=env, check=True, capture_output=True, timeout=30)
+    try:
+        for _ in range(100):
+            if subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        subprocess.run(["pactl", "set-default-source", "mic.monitor"], env=env, check=True)
+        subprocess.run(["pactl", "set-default-sink", "speaker"], env=env, check=True)
+        yield env
+    finally:
+        subprocess.run(["pulseaudio", "-k"], env=env, capture_output=True, timeout=30)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+class EventLog:
+    """Follows talk's --events file; remembers when (test clock) each event was seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.events: list[dict[str, object]] = []
+        self.seen_at: list[float] = []
+        self._offset = 0
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open() as f:
+            f.seek(self._offset)
+            data = f.read()
+        complete = data[: data.rfind("\n") + 1]
+        self._offset += len(complete)
+        for line in complete.splitlines():
+            self.events.append(json.loads(line))
+            self.seen_at.append(time.monotonic())
+
+    def find(self, turn: int, name: str) -> tuple[dict[str, object], float] | None:
+        stage, event = name.split(".")
+        for ev, at in zip(self.events, self.seen_at, strict=True):
+            if ev["turn"] == turn and ev["stage"] == stage and ev["event"] == event:
+                return ev, at
+        return None
+
+    def wait(self, turn: int, name: str, timeout: float,
+             proc: subprocess.Popen[str]) -> tuple[dict[str, object], float]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll()
+            if (found := self.find(turn, name)) is not None:
+                return found
+            if proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no {name} for turn {turn} within {timeout:.0f} s; "
+                             f"events: {[(e['turn'], e['stage'], e['event']) for e in self.events]}")
+
+
+def frame_rms(path: Path, frame_s: float = 0.05) -> tuple[np.ndarray, int]:
+    with wave.open(str(path)) as w:
+        rate = w.getframerate()
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+        pcm = pcm.reshape(-1, w.getnchannels())[:, 0].astype(np.float32) / 32768
+    n = int(rate * frame_s)
+    frames = pcm[: pcm.size // n * n].reshape(-1, n)
+    return np.sqrt(np.mean(frames ** 2, axis=1)), rate
+
+
+def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) -> None:
+    events_path, history_path = tmp_path / "events.jsonl", tmp_path / "history.json"
+    recording = tmp_path / "speaker.wav"
+    env = {**pulse, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    talk = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "talk", "--llm-url", llama_server.url,
+         "--input-device", "pulse", "--output-device", "pulse", "--events",
+         str(events_path), "--save-history", str(history_path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    recorder: subprocess.Popen[bytes] | None = None
+    try:
+        assert talk.stdout is not None
+        ready = talk.stdout.readline()  # blocks until models are loaded and the mic is open
+        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
+        recorder = subprocess.Popen(
+            ["parecord", "--device=speaker.monitor", "--rate=16000", "--channels=1",
+             "--file-format=wav", str(recording)], env=env)
+        rec_start = time.monotonic()
+        time.sleep(0.5)
+        log = EventLog(events_path)
+        subprocess.run(["paplay", "--device=mic", str(SAMPLES / "03_sky_blue.wav")],
+                       env=env, check=True, timeout=30)
+        asr1, _ = log.wait(1, "asr.end", 60, talk)
+        assert "sky" in str(asr1["text"]).lower()
+        _, play1_at = log.wait(1, "playback.start", 120, talk)
+        time.sleep(1.0)  # a second of the reply, then talk over it
+        subprocess.run(["paplay", "--device=mic", str(SAMPLES / "06_learn_language.wav")],
+                       env=env, check=True, timeout=30)
+        detected, bargein_at = log.wait(1, "bargein.detected", 30, talk)
+        assert detected["source"] == "mic"
+        log.wait(1, "server.slot_idle", 30, talk)
+        asr2, _ = log.wait(2, "asr.end", 60, talk)
+        assert "language" in str(asr2["text"]).lower()
+        _, play2_at = log.wait(2, "playback.start", 120, talk)
+        time.sleep(1.5)
+    finally:
+        talk.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            out, err = talk.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            talk.kill()
+            out, err = talk.communicate()
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait(timeout=10)
+    assert talk.returncode == 0, err
+    assert "Traceback" not in err, err
+
+    # the events: barge-in carried out in order, and the interrupted turn measured
+    log.poll()
+    names = [f"{e['stage']}.{e['event']}" for e in log.events if e["turn"] == 1]
+    order = [n for n in names if n in ("bargein.detected", "playback.stopped",
+                                       "server.slot_idle")]
+    assert order == ["bargein.detected", "playback.stopped", "server.slot_idle"]
+    end1 = next(e for e in log.events if e["turn"] == 1 and e["event"] == "end"
+                and e["stage"] == "turn")
+    metrics = end1["metrics"]
+    assert isinstance(metrics, dict) and metrics["interrupted"] is True
+    print(f"\nmic barge-in: silence {metrics['bargein_to_silence_ms']} ms, LLM closed "
+          f"{metrics.get('bargein_to_llm_closed_ms')} ms, slot idle "
+          f"{metrics['bargein_to_slot_idle_ms']} ms")
+
+    # the history: Ctrl-C saved it (turn 2, cut short by Ctrl-C, is not in it); the first
+    # reply ends where it was interrupted
+    history = json.loads(history_path.read_text())["history"]
+    assert [m["role"] for m in history[:2]] == ["user", "assistant"]
+    assert history[1]["content"].endswith("[interrupted]")
+
+    # the speaker: speech while the first reply played, silence after the barge-in
+    rms, _ = frame_rms(recording)
+    t = rec_start + np.arange(rms.size) * 0.05  # test clock of each 50 ms frame
+
+    def span(a: float, b: float) -> np.ndarray:
+        return rms[(t >= a) & (t < b)]
+
+    reply1 = span(play1_at - 0.2, bargein_at)
+    assert (reply1 > 0.01).sum() * 0.05 >= 0.5, "the first reply was not heard as speech"
+    gap = span(bargein_at + 0.3, play2_at - 0.2)
+    if gap.size:
+        assert (gap > 0.01).mean() < 0.1, "the reply kept playing after the barge-in"
+    reply2 = span(play2_at - 0.2, play2_at + 1.5)
+    assert (reply2 > 0.01).sum() * 0.05 >= 0.3, "the second question was not answered aloud"
