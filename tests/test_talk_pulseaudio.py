@@ -103,8 +103,8 @@ class EventLog:
             if proc.poll() is not None:
                 break
             time.sleep(0.02)
-        raise AssertionError(f"no {name} for turn {turn} within {timeout:.0f} s; "
-                             f"events: {[(e['turn'], e['stage'], e['event']) for e in self.events]}")
+        seen = [(e["turn"], e["stage"], e["event"]) for e in self.events]
+        raise AssertionError(f"no {name} for turn {turn} within {timeout:.0f} s; saw {seen}")
 
 
 def frame_rms(path: Path, frame_s: float = 0.05) -> tuple[np.ndarray, int]:
