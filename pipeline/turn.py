@@ -332,6 +332,8 @@ class _Turn:
             await stream.aclose()
             self.rec.emit("llm.closed", at=stream.closed_at or time.monotonic(),
                           reason="bargein")
+            if self.finished_llm is None:  # timings_per_token: cache_n/prompt_n so far
+                self.rec.emit("llm.end", finish_reason="bargein", timings=stream.last_timings)
 
     async def confirm_slot_idle(self) -> None:
         """Poll /slots until no slot is processing: proof that the server stopped."""
