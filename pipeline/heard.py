@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-INTERRUPTED_MARK = " [interrupted]"
+# Short and speech-like: the small model copied a bracketed "[interrupted]" into later
+# replies; an ellipsis reads as "cut off" to it and to a person reading the history.
+INTERRUPTED_MARK = "…"
 
 
 @dataclass

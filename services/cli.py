@@ -30,7 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 DEFAULT_LLM_URL = "http://127.0.0.1:8080"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; only the ``selected`` command's module is imported (its options)."""
     parser = argparse.ArgumentParser(
         prog="voice-llm",
         description="A voice assistant that starts speaking when the first sentence is ready, "
@@ -42,19 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help="more logging (-v lifecycle, -vv every event)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text.capitalize() + ".")
+        p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
         p.add_argument("--llm-url", default=os.environ.get("VOICE_LLM_URL", DEFAULT_LLM_URL),
                        help="llama-server to use; started (managed) if nothing answers there "
                        "(default %(default)s, env VOICE_LLM_URL)")
-        module = importlib.import_module(module_name)
-        module.add_arguments(p, name)
+        if name == selected:
+            importlib.import_module(module_name).add_arguments(p, name)
         p.set_defaults(_module=module_name)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    selected = next((a for a in argv if a in COMMANDS), None)
+    args = build_parser(selected).parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     module = importlib.import_module(args._module)

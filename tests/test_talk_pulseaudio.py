@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.heard import INTERRUPTED_MARK
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 TOOLS = ("pulseaudio", "pactl", "paplay", "parecord")
@@ -183,7 +185,7 @@ def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) ->
     # reply ends where it was interrupted
     history = json.loads(history_path.read_text())["history"]
     assert [m["role"] for m in history[:2]] == ["user", "assistant"]
-    assert history[1]["content"].endswith("[interrupted]")
+    assert history[1]["content"].endswith(INTERRUPTED_MARK)
 
     # the speaker: speech while the first reply played, silence after the barge-in
     rms, _ = frame_rms(recording)
