@@ -62,7 +62,10 @@ function idleState() {
   return app.micOn ? "listening" : "ready";
 }
 function refreshState(detail = "") {
-  if (app.state === "interrupted" && !capture.recording) return; // shown briefly, see below
+  if (app.state === "interrupted" && !capture.recording) { // shown briefly, see below
+    ui.interrupt.disabled = !(busy() || player.active);
+    return;
+  }
   setState(idleState(), detail);
 }
 function showInterrupted() {
@@ -385,9 +388,6 @@ const capture = {
   frames: 0, floor: 0.004, threshold: VAD.minThreshold, startedAt: 0,
 
   async start() {
-    this.stream = await navigator.mediaDevices.getUserMedia({
-      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
-    });
     try {
       this.ctx = new AudioContext({ sampleRate: 16000 }); // Whisper's rate: no resampling later
     } catch (e) {
@@ -395,13 +395,25 @@ const capture = {
     }
     this.rate = this.ctx.sampleRate;
     this.frameLen = Math.round(this.rate * VAD.frameMs / 1000);
-    const source = this.ctx.createMediaStreamSource(this.stream);
+    // The processing graph is ready before the microphone opens: no first syllable lost.
+    let tap = null;
     if (this.ctx.audioWorklet) {
       const url = URL.createObjectURL(new Blob([WORKLET], { type: "text/javascript" }));
       await this.ctx.audioWorklet.addModule(url);
-      const node = new AudioWorkletNode(this.ctx, "voice-llm-tap");
-      node.port.onmessage = (e) => this.onSamples(e.data);
-      source.connect(node);
+      tap = new AudioWorkletNode(this.ctx, "voice-llm-tap");
+      tap.port.onmessage = (e) => this.onSamples(e.data);
+    }
+    try {
+      this.stream = await navigator.mediaDevices.getUserMedia({
+        audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true, autoGainControl: true },
+      });
+    } catch (e) {
+      this.ctx.close();
+      throw e;
+    }
+    const source = this.ctx.createMediaStreamSource(this.stream);
+    if (tap) {
+      source.connect(tap);
     } else {
       // Older browsers: ScriptProcessor (deprecated, but everywhere).
       const node = this.ctx.createScriptProcessor(1024, 1, 1);
@@ -412,6 +424,7 @@ const capture = {
   },
 
   onSamples(chunk) {
+    if (!this.ctx) return; // a last message after stop()
     this.partial.push(chunk);
     this.partialLen += chunk.length;
     while (this.partialLen >= this.frameLen) this.onFrame(this.takeFrame());
@@ -495,6 +508,15 @@ const capture = {
     setState("thinking");
   },
   abort() { this.recording = false; this.preRoll = []; },
+  stop() {
+    this.abort();
+    if (this.stream) for (const track of this.stream.getTracks()) track.stop();
+    if (this.ctx) this.ctx.close();
+    this.stream = null;
+    this.ctx = null;
+    this.partial = [];
+    this.partialLen = 0;
+  },
 };
 
 function toInt16(frame) {
@@ -532,8 +554,19 @@ async function startMic() {
     return;
   }
   app.micOn = true;
-  ui.start.textContent = "Microphone on";
-  ui.mode.disabled = false;
+  ui.start.disabled = false;
+  ui.start.textContent = "Mute microphone";
+  ui.start.classList.remove("primary");
+  applyMode();
+  refreshState();
+}
+function stopMic() {
+  if (capture.recording) capture.end();
+  capture.stop();
+  app.micOn = false;
+  ui.start.textContent = "Start microphone";
+  ui.start.classList.add("primary");
+  meter(0, 0);
   applyMode();
   refreshState();
 }
@@ -544,7 +577,7 @@ function applyMode() {
 }
 function showNotice(text) { ui.notice.textContent = text; ui.notice.hidden = false; }
 
-ui.start.addEventListener("click", startMic);
+ui.start.addEventListener("click", () => (app.micOn ? stopMic() : startMic()));
 ui.mode.addEventListener("change", (e) => {
   app.mode = e.target.value;
   localStorage.setItem("voice-llm-mode", app.mode);
