@@ -35,12 +35,12 @@ class TaskSet:
         if task is not None:
             task.cancel()
 
-    async def cancel_all(self, timeout: float = 2.0) -> None:
+    async def cancel_all(self, grace_s: float = 2.0) -> None:
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         if not tasks:
             return
-        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        _, pending = await asyncio.wait(tasks, timeout=grace_s)
         for task in pending:
-            log.warning("task %s did not stop within %.1f s", task.get_name(), timeout)
+            log.warning("task %s did not stop within %.1f s", task.get_name(), grace_s)

@@ -20,8 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("services.server_cmd", "start the managed llama-server and wait until it is ready"),
     "down": ("services.server_cmd", "stop the managed llama-server"),
     "status": ("services.server_cmd", "show whether llama-server runs, its model and slots"),
-    "lab": ("services.lab.cli", "LLM latency lab: TTFT, prefill, KV cache, first sentence, barge-in"),
-    "replay": ("services.replay", "run recorded WAV turns through the pipeline as one conversation"),
+    "lab": ("services.lab.cli",
+            "LLM latency lab: TTFT, prefill, KV cache, first sentence, barge-in"),
+    "replay": ("services.replay",
+               "run recorded WAV turns through the pipeline as one conversation"),
     "compare": ("services.compare", "serial vs streamed latency on the same turns, with a report"),
     "talk": ("services.talk", "talk to the assistant through a microphone"),
     "serve": ("services.web", "run the HTTP/WebSocket service with a browser page"),
@@ -43,7 +45,8 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
                         help="more logging (-v lifecycle, -vv every event)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".")
+        description = help_text[0].upper() + help_text[1:] + "."
+        p = sub.add_parser(name, help=help_text, description=description)
         p.add_argument("--llm-url", default=os.environ.get("VOICE_LLM_URL", DEFAULT_LLM_URL),
                        help="llama-server to use; started (managed) if nothing answers there "
                        "(default %(default)s, env VOICE_LLM_URL)")

@@ -186,10 +186,12 @@ async def test_no_speech_is_a_turn_error_not_a_crash(slow_fake) -> None:
 async def test_interrupt_silences_hangs_up_and_keeps_what_was_heard(slow_fake) -> None:
     fake, client = slow_fake
     runner = await make_runner(fake, client, max_sentences=None)
+    speaking = asyncio.Event()
+    runner.listeners.append(lambda e: speaking.set() if e.name == "playback.start" else None)
 
     async def barge_in() -> None:
-        while not runner.speaking:
-            await asyncio.sleep(0.005)
+        await speaking.wait()
+        assert runner.speaking
         await asyncio.sleep(0.03)  # mid-way through the first sentence (66 ms of audio)
         assert runner.interrupt("test")
 
