@@ -162,7 +162,8 @@ async def _hold(lab: Lab, options: ChatOptions, at: float) -> dict[str, Any]:
         stopped_at = time.monotonic()
         received = reader.tokens
         # Not reading, socket open: the server sees nothing wrong and keeps generating.
-        idle_at = await lab.wait_slots_idle()
+        # On a loaded 2-core box decode can fall to a few tokens/s: allow ~1 s per token.
+        idle_at = await lab.wait_slots_idle(limit_s=60.0 + (options.max_tokens or 0))
         try:
             await reader.drain()  # only now, to learn how many tokens it made in all
         except LlmError as e:

@@ -10,6 +10,7 @@ Only light imports at module level: ``voice-llm --help`` imports every subcomman
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,8 @@ async def _run(args: argparse.Namespace) -> int:
         raise UserError(f"no reference documents (*.txt) in {args.docs or DOCS_DIR}")
     server = await _find_or_start(args.llm_url, args.server_log, console)
     selected = EXPERIMENTS if args.experiment == "all" else (args.experiment,)
+    # The box is shared: record how busy it was, because that moves every number here.
+    machine = {"cpus": os.cpu_count(), "load_before": _load()}
     out_path = args.out / "lab.json"
     result: dict[str, Any] = {} if args.experiment == "all" else report.load(out_path)
     async with LlmClient(server.url, read_timeout=120.0) as client:
@@ -86,7 +89,11 @@ async def _run(args: argparse.Namespace) -> int:
                     tracker.console.print(tables.to_rich(tables.BUILDERS[key](result[key])))
         except LlmError as e:
             raise UserError(f"llama-server at {server.url} failed during the lab: {e}") from e
+        except TimeoutError as e:
+            where = server.log_path or "the server log"
+            raise UserError(f"{e} (is the machine overloaded? see {where})") from e
     result["server"] = server.summary()
+    result["machine"] = {**machine, "load_after": _load()}
     result["measured_at"] = datetime.now().isoformat(timespec="seconds")
     written = report.write(args.out, result)
     summary = tables.checks(result)
@@ -124,6 +131,13 @@ async def _find_or_start(url: str, server_log: Path | None, console: Any) -> Any
         console.print(f"started the managed llama-server at {url}; it keeps running "
                       "(stop it with 'voice-llm down')")
     return ServerInfo(url=url, log_path=log_path, started_by_lab=not was_running)
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 async def _answers(url: str) -> bool:

@@ -43,7 +43,8 @@ def render(result: dict[str, Any], figures: dict[str, str] | None = None) -> str
         f"| n_ctx | {tables.fmt(server.get('n_ctx'))} |",
         f"| slots | {tables.fmt(server.get('total_slots'))} |",
         f"| build | {tables.fmt(server.get('build'))} |",
-        f"| started by the lab | {tables.fmt(server.get('started_by_lab'))} |", "",
+        f"| started by the lab | {tables.fmt(server.get('started_by_lab'))} |",
+        f"| machine | {_machine(result.get('machine') or {})} |", "",
         f"Reference numbers come from LAB.md, measured with **{tables.REF_MODEL}** on a "
         "2-CPU pod. Ours use the model above (by default the much smaller SmolLM2-135M-"
         "Instruct Q4_1), so absolute times differ: compare the shapes — linear prefill, "
@@ -62,6 +63,15 @@ def render(result: dict[str, Any], figures: dict[str, str] | None = None) -> str
         if name in figures:
             lines += [f"![{table.title}]({figures[name]})", ""]
     return "\n".join(lines)
+
+
+def _machine(machine: dict[str, Any]) -> str:
+    if not machine:
+        return "–"
+    return (f"{tables.fmt(machine.get('cpus'))} CPUs, 1-min load average "
+            f"{tables.fmt(machine.get('load_before'), 1)} before, "
+            f"{tables.fmt(machine.get('load_after'), 1)} after (other work on the box slows "
+            "every number)")
 
 
 def write(out_dir: Path, result: dict[str, Any]) -> list[Path]:
