@@ -23,6 +23,12 @@ API (used by ``server_cmd`` and by every command that needs the LLM):
 - ``server_log_path(llm_url, state_dir=None) -> Path | None``: the log of the managed server
   behind ``llm_url`` (the lab greps it for "cancel task"), or None when that server is not
   ours and its log cannot be read.
+- Small helpers: ``health(url) -> "ok" | "loading" | "HTTP nnn" | None``,
+  ``probe(url) -> ServerStatus`` (health, model, n_ctx, /slots), ``managed_server(options,
+  state_dir)`` (a ``with`` block that starts and stops one).
+
+Concurrent starts (two commands finding nothing at the same moment) are serialised by a
+lock file in the state folder: the second one finds the first one's server and reuses it.
 
 All errors a user can cause are ``UserError`` (one line). HTTP probing uses urllib with
 proxies disabled: it is synchronous, needs no event loop, and must never go through an
