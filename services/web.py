@@ -119,8 +119,10 @@ async def health(request: web.Request) -> web.Response:
 async def websocket(request: web.Request) -> web.WebSocketResponse:
     state = request.app[STATE]
     # Heartbeat: a laptop that sleeps mid-turn is noticed and its turn hung up.
+    # Messages up to twice the upload limit get a one-line error from the session; only
+    # beyond that does aiohttp close the socket (1009, message too big).
     ws = web.WebSocketResponse(heartbeat=20.0,
-                               max_msg_size=state.limits.max_upload_bytes + 1024)
+                               max_msg_size=2 * state.limits.max_upload_bytes + 1024)
     await ws.prepare(request)
     session_id = f"s{next(state.ids)}"
     session = BrowserSession(session_id, state.assistant, ws, state.limits)

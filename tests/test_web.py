@@ -354,6 +354,31 @@ async def test_ws_broken_wav_then_good_turn_keeps_the_history(web_app: Web) -> N
     assert session
 
 
+async def test_ws_wav_message_over_the_upload_limit_gets_one_line(web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_bytes(wav_bytes(seconds=3.0))  # 96 kB > 64 kB
+    got = await receive_until(ws, is_error)
+    assert got.of("error")[0]["message"] == f"WAV message larger than {UPLOAD_LIMIT} bytes"
+    await ws.send_bytes(wav_bytes())
+    got = await receive_until(ws, is_result)
+    assert got.of("turn.result")[0]["turn"] == 1
+    await ws.close()
+
+
+async def test_server_shutdown_closes_every_session(web_app: Web) -> None:
+    from services.web import close_sessions
+
+    sockets = [await open_ws(web_app) for _ in range(2)]
+    assert len(web_app.state.sessions) == 2
+    await close_sessions(web_app.client.server.app)
+    for ws in sockets:
+        msg = await ws.receive()
+        assert msg.type == aiohttp.WSMsgType.CLOSE
+        assert msg.data == aiohttp.WSCloseCode.GOING_AWAY
+    await asyncio.sleep(0)
+    assert not web_app.state.sessions
+
+
 async def test_ws_utterance_over_the_limit_is_dropped_with_one_error(web_app: Web) -> None:
     ws = await open_ws(web_app)
     await ws.send_json({"type": "audio.begin", "sample_rate": 16000})

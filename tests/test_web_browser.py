@@ -275,3 +275,25 @@ async def test_the_interrupt_button_silences_the_page_at_once(
     assert await page.js("document.querySelector('.turn[data-turn=\"3\"] .tag')"
                          ".textContent") == "interrupted"
     await page.screenshot(tmp_path / "interrupted.png")
+
+
+async def test_speaking_over_the_assistant_barges_in_hands_free(
+        page: Cdp, tmp_path: Path) -> None:
+    await page.click("input[value=auto]")
+    await page.click("#start")  # mute while the question is typed
+    await page.wait_for("!voiceLlm.micOn", 5, "the microphone to stop")
+    interrupts = await page.js("voiceLlm.stats.interruptsSent")
+    await page.click("#typed-text")
+    await page.call("Input.insertText", text="Describe the ocean in many long sentences.")
+    for kind in ("keyDown", "keyUp"):
+        await page.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter",
+                        windowsVirtualKeyCode=13, text="\r" if kind == "keyDown" else "")
+    await page.wait_for("voiceLlm.state === 'speaking'", 60, "the assistant to speak")
+    await page.click("#start")  # the fake microphone speaks the question over the reply
+    await page.wait_for(f"voiceLlm.stats.interruptsSent > {interrupts}", 15,
+                        "the voice onset to interrupt")
+    spoken_over = await page.wait_for(f"{RESULTS}[3]", 30, "the interrupted turn")
+    assert spoken_over["interrupted"]
+    answer = await page.wait_for(f"{RESULTS}[4]", 120, "the spoken question's turn")
+    assert "sleep" in answer["transcript"].lower() and answer["error"] is None
+    await page.screenshot(tmp_path / "voice-barge-in.png")

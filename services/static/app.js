@@ -349,7 +349,11 @@ function chips(m, vadWaitMs) {
   add("tts 1st", ms(m.tts_first_ms));
   add("overhead", ms(m.overhead_ms));
   add("turn", ms(m.turn_ms));
-  if (m.prompt_n != null) add("cache", `${m.cache_n ?? "–"}/${m.prompt_n} tok`);
+  // llama-server: prompt_n tokens were evaluated, cache_n reused from the slot's KV cache.
+  if (m.prompt_n != null) {
+    const cached = m.cache_n || 0;
+    add("prompt cached", `${cached}/${cached + m.prompt_n} tok`);
+  }
   if (vadWaitMs != null) add("end-of-speech wait (before t=0)", ms(vadWaitMs));
   if (m.interrupted) {
     add("barge-in → silence", ms(m.bargein_to_silence_ms));
