@@ -73,7 +73,9 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
             console.print(f"voice-llm compare: {e} (skipped)", markup=False)
     if not audio:
         raise UserError("no readable WAV turns to compare")
-    assistant = await load_assistant(args.llm_url, language=args.language)
+    assistant = await load_assistant(args.llm_url, language=args.language,
+                                     asr_threads=args.asr_threads,
+                                     tts_threads=args.tts_threads)
     sink = RealtimeNullSink()
     await sink.open(assistant.tts.sample_rate)
     turns: list[dict[str, Any]] = []
@@ -152,9 +154,14 @@ def write_report(out: Path, report: dict[str, Any], events: dict[Any, Any]) -> N
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
     rows = []
-    for mode in ("serial", "streamed"):
-        t = representative(report["turns"], mode)
-        if t is not None:
+    # The streamed turn nearest its median, and the serial turn on the same file and run,
+    # so the two rows differ only in the mode.
+    pick = representative(report["turns"], "streamed")
+    for mode in ("serial", "streamed") if pick else ():
+        assert pick is not None
+        t = next((x for x in report["turns"] if x["mode"] == mode and
+                  (x["file"], x["run"]) == (pick["file"], pick["run"])), None)
+        if t is not None and (mode, t["run"], t["file"]) in events:
             rows.append((f"{mode}: {Path(t['file']).name} (run {t['run']})",
                          events[(mode, t["run"], t["file"])], t["first_audio_ms"]))
     if rows:

@@ -42,6 +42,11 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sentences", type=int, default=4, help="close the LLM stream after "
                    "N sentences; 0 = no cap (default %(default)s)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
+    p.add_argument("--tts-threads", type=int, default=None, metavar="N",
+                   help="onnxruntime threads for Piper; the 2 cores are shared with "
+                   "llama-server decoding the rest of the reply (default: onnxruntime's)")
+    p.add_argument("--asr-threads", type=int, default=2, metavar="N",
+                   help="CTranslate2 threads for Whisper (default %(default)s)")
 
 
 def turn_config(args: argparse.Namespace, mode: str) -> Any:
@@ -81,6 +86,8 @@ async def _replay(args: argparse.Namespace) -> int:
             events_file.write(ev.to_json() + "\n")
 
     assistant = await load_assistant(args.llm_url, language=args.language,
+                                     asr_threads=args.asr_threads,
+                                     tts_threads=args.tts_threads,
                                      config=turn_config(args, args.mode))
     sink = make_sink(args.play, args.out_wav)
     await sink.open(assistant.tts.sample_rate)
