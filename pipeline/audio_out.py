@@ -59,21 +59,24 @@ def block_samples(sample_rate: int, block_ms: int) -> int:
     return max(1, sample_rate * block_ms // 1000)
 
 
-class RealtimeNullSink:
-    """Plays nothing, at exactly the speed a sound card would.
+class ScheduledSink:
+    """A real-time sink paced on the event-loop clock against an absolute schedule.
 
-    Blocks are consumed against an absolute schedule on the event-loop clock, so a long
-    reply does not drift, and back-to-back ``play`` calls continue the same schedule (as a
-    device buffer would) unless there was a real gap. Replay and compare use it so turn
-    timing includes playback time and a scripted barge-in lands mid-sentence.
+    Each block is handed to ``_deliver`` ``lead_s`` before its play time (0 for a sink
+    that plays nothing; a network player's jitter buffer otherwise); ``play`` returns when
+    the last sample's play time has passed, and after ``stop()`` it returns at once with
+    what the schedule had played by then. Back-to-back ``play`` calls continue the same
+    schedule (as a device buffer would), so a long reply does not drift, unless there was
+    a real gap. Subclasses override ``_deliver`` (and may add to ``open``/``stop``).
     """
 
-    def __init__(self, block_ms: int = DEFAULT_BLOCK_MS) -> None:
+    def __init__(self, block_ms: int = DEFAULT_BLOCK_MS, lead_s: float = 0.0) -> None:
         self.block_ms = block_ms
+        self.lead_s = lead_s
         self.sample_rate = 0
         self._stopped = False
         self._wake: asyncio.Future[float] | None = None  # resolved by stop() with its time
-        self._schedule_end: float | None = None  # loop time when the last sample ends
+        self._schedule_end: float | None = None  # loop time when the last sample plays
         self._closed = False
 
     async def open(self, sample_rate: int) -> None:
@@ -82,45 +85,56 @@ class RealtimeNullSink:
         self.sample_rate = sample_rate
         self._schedule_end = None
 
+    def _deliver(self, block: np.ndarray) -> None:
+        """Hand one block over ``lead_s`` before its play time; nothing to do here."""
+
+    def _can_play(self) -> bool:
+        return not self._stopped
+
     async def play(self, samples: np.ndarray) -> int:
         samples = as_int16(samples)
-        _require_open(self, "RealtimeNullSink")
-        if self._stopped or samples.size == 0:
+        _require_open(self, type(self).__name__)
+        if samples.size == 0 or not self._can_play():
             return 0
         loop = asyncio.get_running_loop()
         start = self._schedule_start(loop.time())
         wake: asyncio.Future[float] = loop.create_future()
         self._wake = wake
         try:
-            played = await self._pace(loop, wake, start, samples.size)
+            played = await self._pace(loop, wake, start, samples)
         finally:
             self._wake = None
         self._schedule_end = None if wake.done() else start + played / self.sample_rate
         return played
 
     async def _pace(self, loop: asyncio.AbstractEventLoop, wake: asyncio.Future[float],
-                    start: float, total: int) -> int:
+                    start: float, samples: np.ndarray) -> int:
         block = block_samples(self.sample_rate, self.block_ms)
-        for end in range(block, total + block, block):
-            deadline = start + min(end, total) / self.sample_rate
-            delay = deadline - loop.time()
-            if delay > 0:
-                await asyncio.wait({wake}, timeout=delay)
-            if wake.done():
-                # Count what the schedule had played when stop() was called.
-                elapsed = wake.result() - start
-                return min(total, max(0, int(elapsed * self.sample_rate)))
-        return total
+        for offset in range(0, samples.size, block):
+            if await _sleep_until(loop, wake, start + offset / self.sample_rate - self.lead_s):
+                return self._played_at(wake.result(), start, samples.size)
+            self._deliver(samples[offset:offset + block])
+        if await _sleep_until(loop, wake, start + samples.size / self.sample_rate):
+            return self._played_at(wake.result(), start, samples.size)
+        return samples.size
+
+    def _played_at(self, stopped_at: float, start: float, total: int) -> int:
+        # Count what the schedule had played when stop() was called.
+        return min(total, max(0, int((stopped_at - start) * self.sample_rate)))
 
     def _schedule_start(self, now: float) -> float:
         # Late by less than a block: the previous sound is still "in the buffer", so keep
-        # the absolute schedule (no drift). Later than that, the device ran dry: restart.
+        # the absolute schedule (no drift). Later than that, the buffer ran dry: start
+        # again, one lead ahead.
         block_s = self.block_ms / 1000
         if self._schedule_end is not None and now - self._schedule_end < block_s:
             return self._schedule_end
-        return now
+        return now + self.lead_s
 
     def stop(self) -> None:
+        self._halt()
+
+    def _halt(self) -> None:
         self._stopped = True
         self._schedule_end = None
         wake = self._wake
@@ -131,8 +145,21 @@ class RealtimeNullSink:
         self._stopped = False
 
     async def close(self) -> None:
-        self.stop()  # a play() still running returns now
+        self._halt()  # a play() still running returns now
         self._closed = True
+
+
+class RealtimeNullSink(ScheduledSink):
+    """Plays nothing, at exactly the speed a sound card would.
+
+    Blocks are consumed against an absolute schedule on the event-loop clock, so a long
+    reply does not drift, and back-to-back ``play`` calls continue the same schedule (as a
+    device buffer would) unless there was a real gap. Replay and compare use it so turn
+    timing includes playback time and a scripted barge-in lands mid-sentence.
+    """
+
+    def __init__(self, block_ms: int = DEFAULT_BLOCK_MS) -> None:
+        super().__init__(block_ms, lead_s=0.0)
 
 
 class WavFileSink:
@@ -411,6 +438,15 @@ def _set_if_pending(fut: asyncio.Future[float], value: float) -> None:
         fut.set_result(value)
 
 
-def _require_open(sink: RealtimeNullSink | WavFileSink, name: str) -> None:
+async def _sleep_until(loop: asyncio.AbstractEventLoop, wake: asyncio.Future[float],
+                       deadline: float) -> bool:
+    """Wait for ``deadline`` (loop time); True when ``stop()`` came first."""
+    delay = deadline - loop.time()
+    if delay > 0 and not wake.done():
+        await asyncio.wait({wake}, timeout=delay)
+    return wake.done()
+
+
+def _require_open(sink: ScheduledSink | WavFileSink, name: str) -> None:
     if sink.sample_rate <= 0:
         raise RuntimeError(f"{name}.play() before open()")

@@ -27,6 +27,7 @@ import numpy as np
 from pipeline.events import Event
 
 if TYPE_CHECKING:
+    from pipeline.audio_out import AudioSink
     from pipeline.mic import Gate, MicBlock, SegmentEvent, UtteranceEnd, UtteranceSegmenter
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ class PlaybackTap:
     room's reverberation, so the echo of a loud syllable is still matched a bit later.
     """
 
-    def __init__(self, inner: Sink, span_s: float = 0.3) -> None:
+    def __init__(self, inner: AudioSink, span_s: float = 0.3) -> None:
         self.inner = inner
         self.span_s = span_s
         self._played: deque[tuple[float, np.ndarray, int]] = deque(maxlen=4)
@@ -227,12 +228,3 @@ class PlaybackTap:
     async def close(self) -> None:
         await self.inner.close()
 
-
-class Sink(Protocol):
-    sample_rate: int
-
-    async def open(self, sample_rate: int) -> None: ...
-    async def play(self, samples: np.ndarray) -> int: ...
-    def stop(self) -> None: ...
-    def resume(self) -> None: ...
-    async def close(self) -> None: ...
