@@ -64,6 +64,17 @@ def test_prefill_summary_fits_ttft_on_prompt_tokens() -> None:
     assert section["by_docs"][1]["prompt_n"] == 420
 
 
+def test_prefill_fit_uses_the_fastest_run_so_one_busy_moment_does_not_bend_it() -> None:
+    points = [{"docs": d, "prompt_n": n, "ttft_ms": 10 + 2 * n, "prompt_ms": 2 * n}
+              for d, n in ((0, 40), (4, 420), (12, 1160))] * 2
+    points.append({"docs": 4, "prompt_n": 420, "ttft_ms": 9000.0, "prompt_ms": 8990.0})
+    section = prefill.summarize(points)
+    assert section["ms_per_token"] == pytest.approx(2.0)
+    assert section["r2"] == pytest.approx(1.0)
+    assert section["r2_all_runs"] < 0.5  # the spike is still reported, not hidden
+    assert section["by_docs"][1]["min_ttft_ms"] == 850.0
+
+
 def test_prefill_summary_without_enough_points_has_no_fit() -> None:
     section = prefill.summarize([{"docs": 0, "prompt_n": 40, "ttft_ms": 90.0,
                                   "prompt_ms": 80.0}])

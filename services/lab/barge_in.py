@@ -39,13 +39,15 @@ LOG_WAIT_S = 2.0  # the log line is written by the server thread; give it a mome
 
 async def run(lab: Lab, at: float = DEFAULT_AT,
               max_tokens: int = DEFAULT_MAX_TOKENS) -> dict[str, Any]:
-    lab.tracker.start("barge-in: close vs hold", 2)
     options = ChatOptions(max_tokens=max_tokens, cache_prompt=False, temperature=0.0,
                           seed=lab.seed)
     await lab.wait_slots_idle()  # start from an idle slot, or the timings mean nothing
+    lab.tracker.start(f"barge-in: hang up at {at:g} s", 1)
     close = await _close(lab, options, at)
     lab.tracker.advance()
     await lab.wait_slots_idle()
+    lab.tracker.start(f"barge-in: stop reading at {at:g} s; the server runs on to "
+                      f"{max_tokens} tokens", 1)
     hold = await _hold(lab, options, at)
     lab.tracker.advance()
     notes = close.pop("notes") + hold.pop("notes")

@@ -32,7 +32,8 @@ def prefill(section: dict[str, Any], path: Path) -> Path:
         xs = [0, max(p["prompt_n"] for p in points) * 1.05]
         ys = [section["intercept_ms"] + section["ms_per_token"] * x for x in xs]
         ax.plot(xs, ys, color="grey", linestyle="--",
-                label=f"fit: {section['ms_per_token']:.2f} ms/token, r² {section['r2']:.3f}")
+                label=f"fit on the fastest run per length: {section['ms_per_token']:.2f} "
+                f"ms/token, r² {section['r2']:.3f}")
     ax.set_xlabel("prompt tokens (prompt_n)")
     ax.set_ylabel("time to first token (ms)")
     ax.set_title("Cold TTFT grows with prompt length")
