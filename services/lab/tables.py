@@ -114,14 +114,15 @@ def barge_in(section: dict[str, Any]) -> TableData:
          fmt(close.get("received_tokens")), "–", fmt(close["cancel_logged"])],
         ["hold (stop reading)", fmt(hold.get("stopped_reading_ms")), fmt(hold["slot_busy_ms"]),
          fmt(hold.get("received_before_stop")), fmt(hold["predicted_n"]), "–"],
-        ["reference (DESIGN.md)", "", f"≈{REF_SLOT_IDLE_MS}", "", "", ""],
+        ["DESIGN.md reference", "", f"≈{REF_SLOT_IDLE_MS}", "", "", ""],
     ]
     notes = [f"Hold: the server generated {fmt(hold.get('wasted_tokens'))} tokens nobody read. "
              f"Closed request: id_task {fmt(close.get('id_task'))}."]
     notes += section.get("notes", [])
     return TableData(f"Barge-in at {section['at_s']} s: hang up vs stop reading",
-                     ["", "stopped ms", "slot busy after ms", "tokens read",
-                      "tokens generated", "cancel logged"], rows, notes)
+                     ["", "stopped ms", "busy after ms", "read", "generated", "cancel logged"],
+                     rows, ["busy after = from the client's close / stop until /slots shows "
+                            "the slot idle; read / generated = tokens.", *notes])
 
 
 BUILDERS: dict[str, Callable[[dict[str, Any]], TableData]] = {
