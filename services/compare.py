@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--runs", type=int, default=2,
                    help="conversations per mode; modes alternate order (default %(default)s)")
     p.add_argument("--out", type=Path, default=Path("out/compare"),
-                   help="report folder: compare.json, compare.md, waterfall.png "
+                   help="report folder: compare.json, compare.md, events.jsonl, waterfall.png "
                    "(default %(default)s)")
     add_turn_options(p)
 
@@ -153,6 +153,11 @@ def write_report(out: Path, report: dict[str, Any], events: dict[Any, Any]) -> N
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    with (out / "events.jsonl").open("w") as f:  # every turn's timeline, for machines
+        for (mode, run_no, file), evs in events.items():
+            for ev in evs:
+                f.write(json.dumps({**ev.to_dict(), "mode": mode, "run": run_no,
+                                    "file": file}, ensure_ascii=False) + "\n")
     rows = []
     # The streamed turn nearest its median, and the serial turn on the same file and run,
     # so the two rows differ only in the mode.

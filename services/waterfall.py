@@ -20,6 +20,11 @@ def draw(turns: Sequence[tuple[str, Sequence[Event], float | None]], path: Path)
 
     fig, axes = plt.subplots(len(turns), 1, figsize=(10, 1.6 + 1.5 * len(turns)),
                              sharex=True, squeeze=False)
+    # Playback of a long reply lasts tens of seconds; the story is in the first few, so
+    # the axis ends a little after the last model work and playback's end is written.
+    work_end = max((b for _, events, _ in turns for stage, spans in stage_spans(events).items()
+                    if stage != "playback" for _, b in spans), default=1.0)
+    x_max = work_end * 1.3 + 0.2
     for ax, (title, events, first_audio_ms) in zip(axes[:, 0], turns, strict=True):
         spans = stage_spans(events)
         stages = list(spans)
@@ -36,6 +41,12 @@ def draw(turns: Sequence[tuple[str, Sequence[Event], float | None]], path: Path)
             ax.annotate(f"first audio {first_audio_ms:.0f} ms",
                         (first_audio_ms / 1000, len(stages) - 0.5),
                         xytext=(4, 0), textcoords="offset points", fontsize=9)
+        for _, b in spans["playback"]:
+            if b > x_max:
+                ax.annotate(f"playing until {b:.1f} s →", (x_max, stages.index("playback")),
+                            xytext=(-4, 0), textcoords="offset points", ha="right",
+                            va="center", fontsize=9, color="white")
+        ax.set_xlim(-0.05, x_max)
         ax.set_yticks(range(len(stages)), stages)
         ax.set_ylim(-0.6, len(stages) - 0.2)
         ax.invert_yaxis()
