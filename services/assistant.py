@@ -44,8 +44,14 @@ class Assistant:
         await self.llm.close()
 
 
+# Piper gets one thread: in streamed mode it synthesizes the first sentence while
+# llama-server (-t 2) decodes the rest on the same 2 cores. Measured with `voice-llm compare
+# --tts-threads N`: streamed tts_first_ms p50 364 -> 212 ms, p95 1208 -> 287 ms (README).
+DEFAULT_TTS_THREADS = 1
+
+
 async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int = 2,
-                         tts_threads: int | None = None,
+                         tts_threads: int | None = DEFAULT_TTS_THREADS,
                          config: TurnConfig | None = None) -> Assistant:
     """Find or start llama-server, then load Whisper and Piper (once, with progress)."""
     from rich.console import Console

@@ -42,9 +42,10 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-sentences", type=int, default=4, help="close the LLM stream after "
                    "N sentences; 0 = no cap (default %(default)s)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
-    p.add_argument("--tts-threads", type=int, default=None, metavar="N",
-                   help="onnxruntime threads for Piper; the 2 cores are shared with "
-                   "llama-server decoding the rest of the reply (default: onnxruntime's)")
+    p.add_argument("--tts-threads", type=int, default=1, metavar="N",
+                   help="onnxruntime threads for Piper. In streamed mode Piper shares the 2 "
+                   "cores with llama-server still decoding; 1 thread measured fastest for "
+                   "the first sentence (README) (default %(default)s)")
     p.add_argument("--asr-threads", type=int, default=2, metavar="N",
                    help="CTranslate2 threads for Whisper (default %(default)s)")
 
