@@ -164,6 +164,8 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
             events_file.flush()  # followed live (tail -f, tests)
 
     assistant = await load_assistant(args.llm_url, language=args.language,
+                                     asr_threads=args.asr_threads,
+                                     tts_threads=args.tts_threads,
                                      config=turn_config(args, args.mode))
     sink = PlaybackTap(SoundDeviceSink(device_arg(args.output_device)))
     runner = assistant.runner(sink, listeners=[write_event, status.on_event])
