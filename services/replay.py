@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
+from pipeline.turn import TurnConfig
 from services.errors import UserError
 
 
@@ -41,6 +42,10 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
                    "(default %(default)s)")
     p.add_argument("--max-sentences", type=int, default=4, help="close the LLM stream after "
                    "N sentences; 0 = no cap (default %(default)s)")
+    p.add_argument("--first-max-chars", type=int, default=TurnConfig.first_max_chars,
+                   metavar="N", help="soft cut: a first sentence longer than N characters "
+                   "is released at its latest clause mark (, ; : -) so speech starts sooner; "
+                   "0 = never cut (default %(default)s)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
     p.add_argument("--tts-threads", type=int, default=1, metavar="N",
                    help="onnxruntime threads for Piper. In streamed mode Piper shares the 2 "
@@ -50,11 +55,10 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
                    help="CTranslate2 threads for Whisper (default %(default)s)")
 
 
-def turn_config(args: argparse.Namespace, mode: str) -> Any:
-    from pipeline.turn import TurnConfig
-
+def turn_config(args: argparse.Namespace, mode: str) -> TurnConfig:
     return TurnConfig(mode=mode, max_tokens=args.max_tokens,
-                      max_sentences=args.max_sentences or None)
+                      max_sentences=args.max_sentences or None,
+                      first_max_chars=args.first_max_chars or None)
 
 
 def run(args: argparse.Namespace) -> int:
