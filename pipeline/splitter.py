@@ -87,6 +87,15 @@ _DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")  # U.S, e.g, a.m, U.S.A
 _MAX_TOKEN = 64  # longer tokens (URLs) are never abbreviations
 
 
+def _is_emoji(c: str) -> bool:
+    """Pictographs, dingbats and the joiners/modifiers inside emoji sequences. Right after a
+    terminal they belong to that sentence, like a closing quote: "Done!🎉 Next step."."""
+    o = ord(c)
+    return (0x1F000 <= o <= 0x1FAFF or 0x2600 <= o <= 0x27BF or 0x2B00 <= o <= 0x2BFF
+            or 0x2300 <= o <= 0x23FF or o in (0x200D, 0xFE0E, 0xFE0F)
+            or 0xE0020 <= o <= 0xE007F)
+
+
 def _is_cjk(c: str) -> bool:
     o = ord(c)
     return (0x3040 <= o <= 0x30FF or 0x3400 <= o <= 0x4DBF or 0x4E00 <= o <= 0x9FFF
@@ -179,7 +188,7 @@ class SentenceSplitter:
                     self._add_tok(c)
                     i += 1
                     continue
-                if c in _CLOSERS:
+                if c in _CLOSERS or _is_emoji(c):
                     self._closers += c
                     if c == "»":
                         self._guillemets = max(0, self._guillemets - 1)
@@ -206,7 +215,7 @@ class SentenceSplitter:
                     continue
                 self._state = state = _NORMAL  # "3.5", "e.g", "example.com": not an end
             elif state == _CJK:
-                if c in _CLOSERS or c in _CJK_TERMINALS or c in _TERMINALS:
+                if c in _CLOSERS or c in _CJK_TERMINALS or c in _TERMINALS or _is_emoji(c):
                     if c in _QUOTE_CLOSERS:
                         self._cjk_quote = True
                     self._add_tok(c)

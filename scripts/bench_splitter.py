@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Accuracy and release delay of our SentenceSplitter and the published peers, in one run.
 
-    .venv/bin/python scripts/bench_splitter.py [--out bench.json] [--pipecat-path DIR]
+    .venv/bin/python scripts/bench_splitter.py [--corpus main|heldout|PATH] [--out bench.json]
+                                               [--pipecat-path DIR]
 
-Every splitter gets every corpus reply (tests/splitter_corpus.py) in three chunkings:
+Every splitter gets every corpus reply in three chunkings (--corpus: ``main`` =
+tests/splitter_corpus.py, the author's corpus; ``heldout`` = tests/splitter_heldout.py, written
+independently of the splitter's code; or a ``.py`` file / dotted module defining ``CORPUS`` or
+``HELDOUT``, a list of ``Case``):
 LLM-like tokens, whole words, single characters. Columns:
 
 - exact: share of replies whose sentences equal the expected ones (after normalising
@@ -26,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
+import importlib.util
 import json
 import logging
 import re
@@ -222,14 +228,34 @@ def version(name: str) -> str:
         return "?"
 
 
-def measure(run: Runner) -> dict[str, Any]:
+CORPORA = {"main": "tests.splitter_corpus", "heldout": "tests.splitter_heldout"}
+
+
+def load_corpus(name: str) -> list[Case]:
+    """``main``, ``heldout``, a dotted module or a ``.py`` path defining CORPUS or HELDOUT."""
+    target = CORPORA.get(name, name)
+    if target.endswith(".py"):
+        spec = importlib.util.spec_from_file_location("bench_corpus", target)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"cannot load corpus file {target}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    for attr in ("CORPUS", "HELDOUT"):
+        if hasattr(module, attr):
+            return list(getattr(module, attr))
+    raise SystemExit(f"{target} defines neither CORPUS nor HELDOUT")
+
+
+def measure(run: Runner, corpus: list[Case] = CORPUS) -> dict[str, Any]:
     result: dict[str, Any] = {"exact": {}, "failures": {}}
     outputs: dict[str, dict[str, list[str]]] = {}
     for chunking, chunker in CHUNKINGS.items():
         good, fails, outs = 0, [], {}
         all_delays: list[int] = []
         t_total, n_chunks = 0.0, 0
-        for case in CORPUS:
+        for case in corpus:
             chunks = chunker(case.text)
             t0 = time.perf_counter()
             released = run(chunks, language_of(case))
@@ -242,7 +268,7 @@ def measure(run: Runner) -> dict[str, Any]:
             else:
                 fails.append({"id": case.id, "got": got, "expected": case.sentences})
             all_delays += delays(case, chunks, released)
-        result["exact"][chunking] = good / len(CORPUS)
+        result["exact"][chunking] = good / len(corpus)
         result["failures"][chunking] = fails
         outputs[chunking] = outs
         if chunking == "llm_tokens":
@@ -252,8 +278,8 @@ def measure(run: Runner) -> dict[str, Any]:
             result["us_per_chunk"] = 1e6 * t_total / n_chunks
     first = outputs["llm_tokens"]
     result["same_in_all_chunkings"] = sum(
-        all(outputs[c][case.id] == first[case.id] for c in outputs) for case in CORPUS
-    ) / len(CORPUS)
+        all(outputs[c][case.id] == first[case.id] for c in outputs)
+        for case in corpus) / len(corpus)
     return result
 
 
@@ -262,7 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the full results (with failures) as JSON here")
     ap.add_argument("--pipecat-path", default="/tmp/peer_pipecat/site",
                     help="pip --target folder holding pipecat-ai when it is not installed")
+    ap.add_argument("--corpus", default="main",
+                    help="main (tests/splitter_corpus.py), heldout (tests/splitter_heldout.py), "
+                         "a dotted module or a .py file defining CORPUS or HELDOUT")
     args = ap.parse_args(argv)
+    corpus = load_corpus(args.corpus)
     rows: list[dict[str, Any]] = []
     for name, config, factory in peers(args.pipecat_path):
         row: dict[str, Any] = {"splitter": name, "config": config}
@@ -274,18 +304,18 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             continue
         row["version"] = version(name)
-        row.update(measure(run))
+        row.update(measure(run, corpus))
         rows.append(row)
-    print_table(rows)
+    print_table(rows, len(corpus))
     if args.out:
-        meta = {"replies": len(CORPUS), "chunkings": list(CHUNKINGS),
+        meta = {"corpus": args.corpus, "replies": len(corpus), "chunkings": list(CHUNKINGS),
                 "command": " ".join(["scripts/bench_splitter.py", *(argv or sys.argv[1:])])}
         Path(args.out).write_text(json.dumps({"meta": meta, "results": rows}, indent=1,
                                              ensure_ascii=False))
     return 0
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
+def print_table(rows: list[dict[str, Any]], replies: int) -> None:
     head = ("| splitter | exact: LLM tokens | words | chars | same in all 3 | "
             "delay mean / max (LLM tokens) | us/chunk |")
     print(head)
@@ -301,7 +331,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(f"| {name} | {e['llm_tokens']:.3f} | {e['words']:.3f} | {e['chars']:.3f} | "
               f"{r['same_in_all_chunkings']:.3f} | {r['delay_mean']:.2f} / {r['delay_max']} | "
               f"{r['us_per_chunk']:.1f} |")
-    print(f"\n{len(CORPUS)} replies, {rows[0].get('boundaries', '?')} boundaries each chunking")
+    print(f"\n{replies} replies, {rows[0].get('boundaries', '?')} boundaries each chunking")
 
 
 if __name__ == "__main__":
