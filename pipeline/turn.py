@@ -72,7 +72,9 @@ class TurnConfig:
     mode: str = "streamed"
     max_tokens: int = 160
     max_sentences: int | None = 4  # then the stream is closed: the server stops generating
-    first_max_chars: int | None = 120  # soft cut of a long first sentence at a clause mark
+    # Soft cut: a first sentence past N chars is released at its latest clause mark, so
+    # Piper starts on "To make a good cup of tea," (measured: first audio p50 1048 -> 910 ms).
+    first_max_chars: int | None = 30
     temperature: float = 0.3
     seed: int | None = 1234
     slot_idle_timeout: float = 1.0
