@@ -88,7 +88,9 @@ def _bargein_metrics(events: Sequence[Event]) -> dict[str, Any]:
         return {}
     return {
         "bargein_to_silence_ms": _ms(detected, _t(events, "playback.stopped")),
-        "bargein_to_llm_closed_ms": _ms(detected, _t(events, "llm.closed")),
+        # Only a hang-up caused by the barge-in counts: a stream already closed by
+        # max_sentences had nothing left to close (None, not a negative time).
+        "bargein_to_llm_closed_ms": _ms(detected, _t(events, "llm.closed", reason="bargein")),
         "bargein_to_slot_idle_ms": _ms(detected, _t(events, "server.slot_idle")),
     }
 

@@ -46,7 +46,8 @@ def test_serial_overhead_counts_the_whole_reply_and_all_tts() -> None:
 
 def test_bargein_latencies() -> None:
     events = [*STREAMED[:10], *log((2.0, "bargein.detected", {}), (2.01, "playback.stopped", {}),
-                                   (2.012, "llm.closed", {}), (2.05, "server.slot_idle", {}))]
+                                   (2.012, "llm.closed", {"reason": "bargein"}),
+                                   (2.05, "server.slot_idle", {}))]
     m = turn_metrics(events, "streamed")
     assert m["interrupted"] is True
     assert m["bargein_to_silence_ms"] == 10.0
@@ -80,3 +81,12 @@ def test_recorder_rejects_unknown_stage_and_notifies_listeners() -> None:
         pass
     else:
         raise AssertionError("unknown stage accepted")
+
+
+def test_bargein_after_the_stream_was_already_closed_has_no_close_latency() -> None:
+    events = [*STREAMED[:10], *log((1.9, "llm.closed", {"reason": "max_sentences"}),
+                                   (2.0, "bargein.detected", {}),
+                                   (2.01, "playback.stopped", {}))]
+    m = turn_metrics(events, "streamed")
+    assert m["bargein_to_llm_closed_ms"] is None
+    assert m["bargein_to_silence_ms"] == 10.0
