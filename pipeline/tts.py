@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -82,6 +83,7 @@ class PiperTts:
         self._config = json.loads(self.config_path.read_text(encoding="utf-8"))
         self.sample_rate: int = int(self._config["audio"]["sample_rate"])
         self._voice: PiperVoice | None = None
+        self._session: _AbortableSession | None = None
 
     @property
     def loaded(self) -> bool:
@@ -113,7 +115,16 @@ class PiperTts:
             options.inter_op_num_threads = 1
         session = onnxruntime.InferenceSession(str(self.model_path), sess_options=options,
                                                providers=["CPUExecutionProvider"])
-        return PiperVoice(session=session, config=PiperConfig.from_dict(self._config))
+        self._session = _AbortableSession(session)
+        return PiperVoice(session=self._session,
+                          config=PiperConfig.from_dict(self._config))
+
+    def abort(self, thread_id: int | None = None) -> None:
+        """Stop the synthesis running in thread ``thread_id`` (all, when None) now, for
+        barge-in: that ``synthesize`` raises ``SynthesisAborted`` instead of burning the CPU
+        the next turn needs. Other threads' (other sessions') syntheses go on."""
+        if self._session is not None:
+            self._session.abort(thread_id)
 
     def synthesize(self, text: str) -> np.ndarray:
         """int16 mono samples for ``text`` (cleaned with ``speakable`` first; calling it
@@ -125,7 +136,56 @@ class PiperTts:
             self.load()
         assert self._voice is not None
         # Piper yields one AudioChunk per sentence it finds in the text.
-        chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(spoken)]
+        try:
+            chunks = [chunk.audio_int16_array for chunk in self._voice.synthesize(spoken)]
+        except Exception as e:
+            if self._session is not None and self._session.was_aborted():
+                raise SynthesisAborted(text) from e
+            raise
         if not chunks:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(chunks).astype(np.int16, copy=False)
+
+
+class SynthesisAborted(Exception):
+    """``PiperTts.abort()`` stopped this synthesis."""
+
+
+class _AbortableSession:
+    """An onnxruntime session whose running ``run`` calls can be stopped from another
+    thread: each call gets its own ``RunOptions`` and ``abort()`` sets their terminate flag
+    (onnxruntime checks it between operators). Everything else is forwarded."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self._active: dict[int, Any] = {}  # thread id -> RunOptions of its running call
+        self._aborted = threading.local()
+        self._lock = threading.Lock()
+
+    def run(self, output_names: Any, input_feed: Any, run_options: Any = None) -> Any:
+        import onnxruntime
+
+        options = onnxruntime.RunOptions()
+        self._aborted.flag = False
+        me = threading.get_ident()
+        with self._lock:
+            self._active[me] = options
+        try:
+            return self._session.run(output_names, input_feed, options)
+        finally:
+            with self._lock:
+                self._active.pop(me, None)
+            self._aborted.flag = bool(options.terminate)
+
+    def abort(self, thread_id: int | None = None) -> None:
+        with self._lock:
+            for tid, options in self._active.items():
+                if thread_id is None or tid == thread_id:
+                    options.terminate = True
+
+    def was_aborted(self) -> bool:
+        """Whether this thread's last run was stopped by ``abort()``."""
+        return bool(getattr(self._aborted, "flag", False))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -153,6 +154,7 @@ class _Turn:
         self.interrupted: asyncio.Event = asyncio.Event()
         self.finished_llm: Finished | None = None
         self.hangup: asyncio.Task[None] | None = None
+        self.tts_thread: int | None = None
 
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
@@ -281,7 +283,7 @@ class _Turn:
             while (item := await self.text_q.get()) is not _END:
                 index, sentence = item
                 self.rec.emit("tts.start", index=index)
-                audio = await asyncio.to_thread(self.r.tts.synthesize, speakable(sentence))
+                audio = await asyncio.to_thread(self.synthesize, speakable(sentence))
                 self.heard.set_audio(index, len(audio))
                 self.rec.emit("tts.end", index=index,
                               audio_s=round(len(audio) / self.r.tts.sample_rate, 3))
@@ -293,6 +295,14 @@ class _Turn:
             for a in held:
                 self.audio_q.put_nowait(a)
             self.audio_q.put_nowait(_END)
+
+    def synthesize(self, text: str) -> np.ndarray:
+        """Runs in a worker thread; remembers which, so barge-in can abort just this one."""
+        self.tts_thread = threading.get_ident()
+        try:
+            return self.r.tts.synthesize(text)
+        finally:
+            self.tts_thread = None  # the pool thread may next work for another session
 
     async def playback_stage(self) -> None:
         started = False
@@ -323,6 +333,9 @@ class _Turn:
         if not self.playing:
             self.rec.emit("playback.stopped", index=None, played_samples=0)
         self.tasks.cancel("tts")
+        abort = getattr(self.r.tts, "abort", None)  # Piper can stop mid-sentence
+        if abort is not None and self.tts_thread is not None:
+            abort(self.tts_thread)
         if not self.playing:  # waiting for audio that will never come
             self.tasks.cancel("playback")
         self.hangup = self.tasks.spawn("hangup", self.hang_up())

@@ -95,3 +95,38 @@ def test_markdown_is_not_spoken(tts: PiperTts) -> None:
 def test_unspeakable_text_gives_empty_audio(tts: PiperTts, text: str) -> None:
     audio = tts.synthesize(text)
     assert audio.dtype == np.int16 and audio.size == 0
+
+
+LONG = ("The reason is simple: when sunlight reaches our planet's atmosphere, it contains a "
+        "mixture of colors, and the blue part is scattered far more than the red part is.")
+
+
+@pytest.mark.integration
+def test_abort_stops_only_that_threads_synthesis(tts: PiperTts) -> None:
+    import threading
+
+    from pipeline.tts import SynthesisAborted
+
+    outcome: dict[str, object] = {}
+    started = threading.Event()
+
+    def speak(name: str) -> None:
+        outcome[f"{name}.thread"] = threading.get_ident()
+        started.set()
+        try:
+            outcome[name] = tts.synthesize(LONG).size
+        except SynthesisAborted:
+            outcome[name] = "aborted"
+
+    victim = threading.Thread(target=speak, args=("victim",))
+    bystander = threading.Thread(target=speak, args=("bystander",))  # another session
+    victim.start()
+    started.wait()
+    bystander.start()
+    time.sleep(0.05)  # both inside onnxruntime by now (phonemizing takes ~1 ms)
+    tts.abort(outcome["victim.thread"])  # type: ignore[arg-type]
+    victim.join(timeout=10)
+    bystander.join(timeout=10)
+    assert outcome["victim"] == "aborted"
+    assert isinstance(outcome["bystander"], int) and outcome["bystander"] > 0
+    assert tts.synthesize("Still working.").size > 0  # the voice is usable afterwards
