@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
+from pipeline.heard import INTERRUPTED_MARK
 from pipeline.turn import TurnConfig
 from services.errors import UserError
 
@@ -26,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    "then all TTS, then play (default %(default)s)")
     p.add_argument("--interrupt-at", type=float, metavar="SEC",
                    help="barge in SEC seconds after each turn's playback starts")
+    p.add_argument("--interrupt-wav", type=Path, metavar="FILE",
+                   help="with --interrupt-at: what the user says when interrupting; it "
+                   "becomes the next turn")
     p.add_argument("--events", type=Path, metavar="FILE", help="write every timing event "
                    "as JSON lines to FILE")
     p.add_argument("--out-wav", type=Path, metavar="FILE",
@@ -67,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{wav}: no such file")
     if args.interrupt_at is not None and args.interrupt_at < 0:
         raise UserError("--interrupt-at must be >= 0 seconds")
+    if args.interrupt_wav is not None and args.interrupt_at is None:
+        raise UserError("--interrupt-wav needs --interrupt-at SEC (when to interrupt)")
     return asyncio.run(_replay(args))
 
 
@@ -82,7 +88,6 @@ async def _replay(args: argparse.Namespace) -> int:
     from pipeline.bargein import BargeIn
     from pipeline.events import Event
     from services.assistant import load_assistant
-    from services.timeline import render
 
     events_file: IO[str] | None = args.events.open("w") if args.events else None
 
@@ -101,6 +106,7 @@ async def _replay(args: argparse.Namespace) -> int:
     runner.listeners.append(bargein.on_event)
     turns: list[dict[str, Any]] = []
     failures = 0
+    interruption = await _load_interruption(args.interrupt_wav)
     try:
         for wav in args.wavs:
             try:
@@ -109,26 +115,12 @@ async def _replay(args: argparse.Namespace) -> int:
                 print(f"voice-llm replay: {e} (turn skipped)", file=sys.stderr)
                 failures += 1
                 continue
-            watcher = (asyncio.create_task(bargein.scripted(args.interrupt_at))
-                       if args.interrupt_at is not None else None)
-            try:
-                result = await runner.run(audio)
-            finally:
-                if watcher:
-                    watcher.cancel()
-            print(f"\nturn {result.turn} · {wav} · {result.mode}")
-            print(f"  you:       {result.transcript}")
-            if result.error:
-                failures += 1
-                print(f"  error:     {result.error}")
-            else:
-                said = result.heard if result.interrupted else result.reply
-                print(f"  assistant: {said.strip()}" + ("  [interrupted]"
-                                                        if result.interrupted else ""))
-            print("\n".join(render(result.events, result.metrics)))
-            turns.append({**result.metrics, "file": str(wav), "run": 1,
-                          "transcript": result.transcript, "reply": result.reply,
-                          "heard": result.heard, "error": result.error})
+            result = await _turn(runner, bargein, audio, args.interrupt_at)
+            failures += _report(result, str(wav), turns)
+            if result.interrupted and interruption is not None:
+                # The user's interrupting utterance is the next turn, as in a real talk.
+                result = await _turn(runner, bargein, interruption, None)
+                failures += _report(result, str(args.interrupt_wav), turns)
     finally:
         await sink.close()
         await assistant.close()
@@ -138,6 +130,48 @@ async def _replay(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(
             {"turns": turns, "history": runner.conversation.to_json()}, indent=2,
             ensure_ascii=False))
-    if runner.conversation.history and args.interrupt_at is not None:
-        print(f"\nhistory ends: …{runner.conversation.history[-1]['content'][-70:]!r}")
+    if args.interrupt_at is not None:
+        for message in runner.conversation.history:
+            if message["role"] == "assistant" and message["content"].endswith(INTERRUPTED_MARK):
+                print(f"history keeps what was heard: …{message['content'][-70:]!r}")
     return 1 if failures else 0
+
+
+async def _load_interruption(path: Path | None) -> Any:
+    from pipeline.audio_in import AudioFileError, load_wav
+
+    if path is None:
+        return None
+    try:
+        return await asyncio.to_thread(load_wav, path)
+    except AudioFileError as e:
+        raise UserError(f"--interrupt-wav {e}") from e
+
+
+async def _turn(runner: Any, bargein: Any, audio: Any, interrupt_at: float | None) -> Any:
+    """One turn; with ``interrupt_at`` a scripted barge-in lands that long into playback."""
+    watcher = (asyncio.create_task(bargein.scripted(interrupt_at))
+               if interrupt_at is not None else None)
+    try:
+        return await runner.run(audio)
+    finally:
+        if watcher:
+            watcher.cancel()
+
+
+def _report(result: Any, file: str, turns: list[dict[str, Any]]) -> int:
+    """Print one turn (what was said, its timeline) and record it; 1 if it failed."""
+    from services.timeline import render
+
+    print(f"\nturn {result.turn} · {file} · {result.mode}")
+    print(f"  you:       {result.transcript}")
+    if result.error:
+        print(f"  error:     {result.error}")
+    else:
+        said = result.heard if result.interrupted else result.reply
+        print(f"  assistant: {said.strip()}" + ("  [interrupted]" if result.interrupted
+                                                else ""))
+    print("\n".join(render(result.events, result.metrics)))
+    turns.append({**result.metrics, "file": file, "run": 1, "transcript": result.transcript,
+                  "reply": result.reply, "heard": result.heard, "error": result.error})
+    return 1 if result.error else 0

@@ -99,3 +99,26 @@ def test_compare_writes_the_report(llama_server, tmp_path: Path) -> None:
     assert report["summary"]["first_audio_ratio"] is not None
     assert (out / "waterfall.png").stat().st_size > 1000
     assert "ratio" in proc.stdout
+
+
+def test_interrupt_wav_needs_a_time(tmp_path: Path) -> None:
+    env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    proc = voice_llm("replay", str(SAMPLES / "03_sky_blue.wav"), "--interrupt-wav",
+                     str(SAMPLES / "01_sleep_tips.wav"), "--llm-url", "http://127.0.0.1:9",
+                     env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and "--interrupt-at" in proc.stderr
+
+
+@pytest.mark.integration
+def test_replay_interrupt_wav_becomes_the_next_turn(llama_server, tmp_path: Path) -> None:
+    out = tmp_path / "replay.json"
+    env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    proc = voice_llm("replay", str(SAMPLES / "02_bicycle_history.wav"), "--interrupt-at", "0.5",
+                     "--interrupt-wav", str(SAMPLES / "03_sky_blue.wav"), "--llm-url",
+                     llama_server.url, "--json", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    first, second = json.loads(out.read_text())["turns"]
+    assert first["interrupted"] is True and first["bargein_to_silence_ms"] is not None
+    assert "sky" in second["transcript"].lower() and second["interrupted"] is False
+    assert "history keeps what was heard" in proc.stdout
