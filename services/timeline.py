@@ -41,7 +41,11 @@ def marks(events: Sequence[Event]) -> dict[str, list[float]]:
 
 def render(events: Sequence[Event], metrics: dict[str, Any], width: int = 60) -> list[str]:
     spans = stage_spans(events)
-    end = max([b for row in spans.values() for _, b in row] + [e.t for e in events] + [0.001])
+    # Playback of a long reply lasts tens of seconds; the story is in the first second or
+    # two, so the axis ends a little after the model work and longer bars end in "▶".
+    work = [b for stage, row in spans.items() if stage != "playback" for _, b in row]
+    marked = [t for ts in marks(events).values() for t in ts]
+    end = max([*work, *marked, 0.05]) * 1.25
     scale = width / end
 
     def col(t: float) -> int:
@@ -53,6 +57,8 @@ def render(events: Sequence[Event], metrics: dict[str, Any], width: int = 60) ->
         for a, b in row:
             for i in range(col(a), max(col(a) + 1, col(b))):
                 cells[i] = "█"
+            if b > end:
+                cells[-1] = "▶"
         if stage == "llm":
             for t in marks(events)["sentence"]:
                 cells[col(t)] = "▲"
@@ -61,7 +67,7 @@ def render(events: Sequence[Event], metrics: dict[str, Any], width: int = 60) ->
                 cells[col(t)] = "✕"
         total = sum(b - a for a, b in row) * 1000
         lines.append(f"  {stage:<8} {''.join(cells)} {total:6.0f} ms")
-    lines.append(f"  {'':<8} 0{'':{width - 9}}{end:7.2f} s")
+    lines.append(f"  {'':<8} 0 s{'':{width - 9}}{end:5.2f} s")
     lines.append("  " + summary_line(metrics))
     return lines
 
