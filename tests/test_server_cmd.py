@@ -7,6 +7,7 @@ the real binary.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -241,6 +242,10 @@ def test_up_twice_status_down(run: Run, state: Path, fake_bin: Path, model_file:
     code, out, _ = run("down")
     assert code == 0 and f"stopped (pid {pid})" in out
     assert not (state / "llama-server.pid").exists()
+    # `up` ran in this process, so the server was our child: an exited child stays a zombie
+    # until reaped, and kill(0) would still find it. Reap, then it must be gone.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
 
