@@ -1,122 +1,44 @@
 """``voice-llm talk`` through a real PortAudio path, no hardware: PulseAudio null sinks.
 
-The test starts its own PulseAudio daemon (``XDG_RUNTIME_DIR`` in a temp folder) with two
-null sinks: ``mic`` (its monitor is the microphone ``talk`` records) and ``speaker`` (where
-``talk`` plays; its monitor is recorded with ``parecord``). A question is played into the
-microphone with ``paplay``; the reply must come out of the speaker as speech of a
-plausible length. A second question is then played over the reply: the reply must stop
-(barge-in from the microphone VAD) and the second question must be answered.
+The test starts its own PulseAudio daemon (tests/pulse.py: ``XDG_RUNTIME_DIR`` in a temp
+folder) with two null sinks: ``mic`` (its monitor is the microphone ``talk`` records) and
+``speaker`` (where ``talk`` plays; its monitor is recorded with ``parecord``). A question
+is played into the microphone with ``paplay``; the reply must come out of the speaker as
+speech of a plausible length. A second question is then played over the reply: the reply
+must stop (barge-in from the microphone VAD) and the second question must be answered.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pulse import MISSING_REASON, EventLog, frame_rms, private_pulse, pulse_missing
 
 from pipeline.heard import INTERRUPTED_MARK
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-TOOLS = ("pulseaudio", "pactl", "paplay", "parecord")
 
 pytestmark = [
     pytest.mark.audio,
     pytest.mark.integration,
-    pytest.mark.skipif(any(shutil.which(t) is None for t in TOOLS),
-                       reason="PulseAudio is not installed (apt-get install pulseaudio "
-                       "pulseaudio-utils; scripts/setup does it)"),
+    pytest.mark.skipif(pulse_missing(), reason=MISSING_REASON),
 ]
 
 
 @pytest.fixture
 def pulse() -> Iterator[dict[str, str]]:
     """A private PulseAudio daemon; yields the environment that reaches it."""
-    # unix socket paths are limited to 108 bytes: keep the runtime dir short
-    runtime = tempfile.mkdtemp(prefix="pa-", dir="/tmp")
-    env = {**os.environ, "XDG_RUNTIME_DIR": runtime, "PULSE_SERVER":
-           f"unix:{runtime}/pulse/native", "HOME": runtime}
-    env.pop("PULSE_SINK", None)
-    env.pop("PULSE_SOURCE", None)
-    subprocess.run(["pulseaudio", "-D", "-n", "--exit-idle-time=-1", "--daemonize=yes",
-                    "--load=module-native-protocol-unix",
-                    "--load=module-null-sink sink_name=mic",
-                    "--load=module-null-sink sink_name=speaker"],
-                   env=env, check=True, capture_output=True, timeout=30)
-    try:
-        for _ in range(100):
-            if subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
-        subprocess.run(["pactl", "set-default-source", "mic.monitor"], env=env, check=True)
-        subprocess.run(["pactl", "set-default-sink", "speaker"], env=env, check=True)
+    with private_pulse() as env:
         yield env
-    finally:
-        subprocess.run(["pulseaudio", "-k"], env=env, capture_output=True, timeout=30)
-        shutil.rmtree(runtime, ignore_errors=True)
-
-
-class EventLog:
-    """Follows talk's --events file; remembers when (test clock) each event was seen."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.events: list[dict[str, object]] = []
-        self.seen_at: list[float] = []
-        self._offset = 0
-
-    def poll(self) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open() as f:
-            f.seek(self._offset)
-            data = f.read()
-        complete = data[: data.rfind("\n") + 1]
-        self._offset += len(complete)
-        for line in complete.splitlines():
-            self.events.append(json.loads(line))
-            self.seen_at.append(time.monotonic())
-
-    def find(self, turn: int, name: str) -> tuple[dict[str, object], float] | None:
-        stage, event = name.split(".")
-        for ev, at in zip(self.events, self.seen_at, strict=True):
-            if ev["turn"] == turn and ev["stage"] == stage and ev["event"] == event:
-                return ev, at
-        return None
-
-    def wait(self, turn: int, name: str, timeout: float,
-             proc: subprocess.Popen[str]) -> tuple[dict[str, object], float]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.poll()
-            if (found := self.find(turn, name)) is not None:
-                return found
-            if proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        seen = [(e["turn"], e["stage"], e["event"]) for e in self.events]
-        raise AssertionError(f"no {name} for turn {turn} within {timeout:.0f} s; saw {seen}")
-
-
-def frame_rms(path: Path, frame_s: float = 0.05) -> tuple[np.ndarray, int]:
-    with wave.open(str(path)) as w:
-        rate = w.getframerate()
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
-        pcm = pcm.reshape(-1, w.getnchannels())[:, 0].astype(np.float32) / 32768
-    n = int(rate * frame_s)
-    frames = pcm[: pcm.size // n * n].reshape(-1, n)
-    return np.sqrt(np.mean(frames ** 2, axis=1)), rate
 
 
 def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) -> None:

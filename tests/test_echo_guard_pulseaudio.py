@@ -1,0 +1,152 @@
+"""The echo guard on a real echo path: open speakers, simulated by PulseAudio.
+
+A private PulseAudio daemon (tests/pulse.py) with a loopback from the speaker's monitor
+into the microphone (``module-loopback``, 40 ms, amplitude 0.5): whatever ``voice-llm talk``
+plays leaks into what it records, as loud desk speakers would. Measured here:
+
+- without ``--headphones`` the assistant answers a question to the end; its own voice
+  neither barges in nor becomes a user turn;
+- with ``--headphones`` (no guard) the same echo makes it interrupt itself;
+- without ``--headphones`` a user 12 dB louder than the samples still barges in.
+
+docs/talk.md (the echo guard) has the numbers.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pulse import MISSING_REASON, EventLog, add_echo, frame_rms, private_pulse, pulse_missing
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+ECHO_GAIN = 0.5  # amplitude of the speaker in the microphone: loud speakers near the mic
+LOUDER = 104000  # paplay volume (cubic, 65536 = 100 %): 1.587**3 = 4.0, i.e. +12 dB
+
+pytestmark = [
+    pytest.mark.audio,
+    pytest.mark.integration,
+    pytest.mark.skipif(pulse_missing(), reason=MISSING_REASON),
+]
+
+
+@pytest.fixture
+def echo_pulse() -> Iterator[dict[str, str]]:
+    with private_pulse() as env:
+        add_echo(env, ECHO_GAIN, latency_ms=40)
+        yield env
+
+
+@contextmanager
+def talking(env: dict[str, str], url: str, tmp_path: Path,
+            *extra: str) -> Iterator[tuple[subprocess.Popen[str], EventLog]]:
+    """``voice-llm talk`` on the private PulseAudio, ready to listen; Ctrl-C at the end."""
+    events = tmp_path / "events.jsonl"
+    talk = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "talk", "--llm-url", url, "--input-device",
+         "pulse", "--output-device", "pulse", "--events", str(events), *extra],
+        cwd=ROOT, env={**env, "VOICE_LLM_STATE": str(tmp_path / "state")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert talk.stdout is not None
+        ready = talk.stdout.readline()  # blocks until models are loaded and the mic is open
+        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
+        time.sleep(0.5)
+        yield talk, EventLog(events)
+    finally:
+        talk.send_signal(signal.SIGINT)
+        try:
+            _, err = talk.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            talk.kill()
+            _, err = talk.communicate()
+    assert talk.returncode == 0, err
+    assert "Traceback" not in err, err
+
+
+def ask(env: dict[str, str], sample: str, volume: int = 65536) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["paplay", "--device=mic", f"--volume={volume}",
+                             str(SAMPLES / sample)], env=env)
+
+
+def record(env: dict[str, str], device: str, path: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["parecord", f"--device={device}", "--rate=16000", "--channels=1",
+                             "--file-format=wav", str(path)], env=env)
+
+
+def test_open_speakers_do_not_interrupt_themselves(echo_pulse, llama_server,
+                                                   tmp_path) -> None:
+    env = echo_pulse
+    with talking(env, llama_server.url, tmp_path) as (talk, log):
+        recorders = [record(env, f"{d}.monitor", tmp_path / f"{d}.wav")
+                     for d in ("speaker", "mic")]
+        try:
+            ask(env, "03_sky_blue.wav").wait(timeout=30)
+            asr1, _ = log.wait(1, "asr.end", 60, talk)
+            assert "sky" in str(asr1["text"]).lower()
+            start, _ = log.wait(1, "playback.start", 120, talk)
+            end1, _ = log.wait(1, "turn.end", 120, talk)
+            time.sleep(3.0)  # the echo's tail, and any utterance cut from it, is over
+            log.poll()
+        finally:
+            for r in recorders:
+                r.send_signal(signal.SIGINT)
+                r.wait(timeout=10)
+    names = [(e["turn"], f"{e['stage']}.{e['event']}") for e in log.events]
+    assert (1, "bargein.detected") not in names, names
+    assert (1, "playback.end") in names, names  # the whole reply was played
+    assert not [n for n in names if n[0] != 1], f"its own voice became a turn: {names}"
+    metrics = end1["metrics"]
+    assert isinstance(metrics, dict) and metrics["interrupted"] is False
+    played = next(e for e in log.events if e["stage"] == "playback" and e["event"] == "end")
+    reply_s = float(played["t"]) - float(start["t"])  # type: ignore[arg-type]
+    assert reply_s > 2.0, f"a {reply_s:.1f} s reply is too short to test the echo"
+
+    # the echo was really there: the microphone heard the reply at about ECHO_GAIN
+    speaker, _ = frame_rms(tmp_path / "speaker.wav", 0.02)
+    mic, _ = frame_rms(tmp_path / "mic.wav", 0.02)
+    n = min(speaker.size, mic.size)
+    lag = max(range(25), key=lambda k: float(np.corrcoef(speaker[:n - k], mic[k:n])[0, 1]))
+    s, m = speaker[:n - lag], mic[lag:n]
+    loud = s > 0.02
+    ratio = float(np.median(m[loud] / s[loud]))
+    print(f"\necho: {ratio:.2f} of the speaker, {lag * 20} ms later; reply {reply_s:.1f} s "
+          "played to the end without a barge-in")
+    assert loud.sum() * 0.02 > 1.0
+    assert 0.6 * ECHO_GAIN < ratio < 1.4 * ECHO_GAIN
+
+
+def test_without_the_guard_the_echo_interrupts(echo_pulse, llama_server, tmp_path) -> None:
+    env = echo_pulse
+    with talking(env, llama_server.url, tmp_path, "--headphones") as (talk, log):
+        ask(env, "03_sky_blue.wav").wait(timeout=30)
+        start, _ = log.wait(1, "playback.start", 120, talk)
+        detected, _ = log.wait(1, "bargein.detected", 30, talk)
+    assert detected["source"] == "mic"
+    after = float(detected["t"]) - float(start["t"])  # type: ignore[arg-type]
+    print(f"\n--headphones with the echo: interrupted itself {after:.2f} s into the reply")
+
+
+def test_a_louder_user_barges_in_over_the_echo(echo_pulse, llama_server, tmp_path) -> None:
+    env = echo_pulse
+    with talking(env, llama_server.url, tmp_path) as (talk, log):
+        ask(env, "03_sky_blue.wav").wait(timeout=30)
+        start, _ = log.wait(1, "playback.start", 120, talk)
+        time.sleep(1.0)  # a second of the reply (and of its echo), then talk over it
+        spoke_at = float(start["t"]) + 1.0  # type: ignore[arg-type]
+        ask(env, "06_learn_language.wav", LOUDER).wait(timeout=30)
+        detected, _ = log.wait(1, "bargein.detected", 30, talk)
+        asr2, _ = log.wait(2, "asr.end", 60, talk)
+    assert detected["source"] == "mic"
+    assert "language" in str(asr2["text"]).lower()
+    delay = float(detected["t"]) - spoke_at  # type: ignore[arg-type]
+    print(f"\n+12 dB user over a {ECHO_GAIN} echo: barge-in {delay:.2f} s after paplay began")
+    assert delay < 3.0
