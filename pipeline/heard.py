@@ -58,8 +58,8 @@ class HeardText:
         ends = [s.end for s in self.sentences if s.end >= 0]
         return self.raw[: max(ends)] if ends else self.raw
 
-    def _heard_cut(self) -> tuple[int, bool]:
-        """(position in raw text where hearing stopped, whether it stopped mid-sentence)."""
+    def _heard_cut(self) -> int:
+        """Position in the raw text where hearing stopped."""
         cut = 0
         for s in self.sentences:
             if s.samples is None or s.start < 0:
@@ -75,17 +75,12 @@ class HeardText:
                 else:
                     head = ""
                 cut = s.start + len(head) if head else cut
-            return cut, True
-        return cut, False
+            break  # playback stopped inside this sentence
+        return cut
 
     def heard_raw(self) -> str:
         """Raw text up to where playback stopped, marked as interrupted."""
-        cut, _ = self._heard_cut()
-        return self.raw[:cut].rstrip() + INTERRUPTED_MARK
+        return self.raw[: self._heard_cut()].rstrip() + INTERRUPTED_MARK
 
     def heard_text(self) -> str:
-        cut, _ = self._heard_cut()
-        return self.raw[:cut].strip()
-
-    def played_samples(self) -> list[int]:
-        return [s.played for s in self.sentences]
+        return self.raw[: self._heard_cut()].strip()
