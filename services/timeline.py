@@ -39,13 +39,19 @@ def marks(events: Sequence[Event]) -> dict[str, list[float]]:
     }
 
 
+def work_end(spans: dict[str, list[Span]]) -> float | None:
+    """When the last model work (ASR, LLM, TTS) ended. Playback of a long reply lasts tens
+    of seconds but the story is in the first second or two, so time axes end a little
+    after this and say where playback goes on."""
+    return max((b for stage, row in spans.items() if stage != "playback" for _, b in row),
+               default=None)
+
+
 def render(events: Sequence[Event], metrics: dict[str, Any], width: int = 60) -> list[str]:
     spans = stage_spans(events)
-    # Playback of a long reply lasts tens of seconds; the story is in the first second or
-    # two, so the axis ends a little after the model work and longer bars end in "▶".
-    work = [b for stage, row in spans.items() if stage != "playback" for _, b in row]
-    marked = [t for ts in marks(events).values() for t in ts]
-    end = max([*work, *marked, 0.05]) * 1.25
+    marked = marks(events)
+    end = max([work_end(spans) or 0.0, *(t for ts in marked.values() for t in ts),
+               0.05]) * 1.25
     scale = width / end
 
     def col(t: float) -> int:
@@ -60,10 +66,10 @@ def render(events: Sequence[Event], metrics: dict[str, Any], width: int = 60) ->
             if b > end:
                 cells[-1] = "▶"
         if stage == "llm":
-            for t in marks(events)["sentence"]:
+            for t in marked["sentence"]:
                 cells[col(t)] = "▲"
         if stage == "playback":
-            for t in marks(events)["barge-in"]:
+            for t in marked["barge-in"]:
                 cells[col(t)] = "✕"
         total = sum(b - a for a, b in row) * 1000
         lines.append(f"  {stage:<8} {''.join(cells)} {total:6.0f} ms")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.events import Event
-from services.timeline import marks, stage_spans
+from services.timeline import marks, stage_spans, work_end
 
 COLORS = {"asr": "#6c8ebf", "llm": "#d79b00", "tts": "#82b366", "playback": "#b85450"}
 
@@ -20,21 +20,21 @@ def draw(turns: Sequence[tuple[str, Sequence[Event], float | None]], path: Path)
 
     fig, axes = plt.subplots(len(turns), 1, figsize=(10, 1.6 + 1.5 * len(turns)),
                              sharex=True, squeeze=False)
-    # Playback of a long reply lasts tens of seconds; the story is in the first few, so
-    # the axis ends a little after the last model work and playback's end is written.
-    work_end = max((b for _, events, _ in turns for stage, spans in stage_spans(events).items()
-                    if stage != "playback" for _, b in spans), default=1.0)
-    x_max = work_end * 1.3 + 0.2
-    for ax, (title, events, first_audio_ms) in zip(axes[:, 0], turns, strict=True):
-        spans = stage_spans(events)
+    all_spans = [stage_spans(events) for _, events, _ in turns]
+    # The axis ends a little after the last model work; playback's end is written.
+    ends = [end for spans in all_spans if (end := work_end(spans)) is not None]
+    x_max = max(ends, default=1.0) * 1.3 + 0.2
+    for ax, spans, (title, events, first_audio_ms) in zip(axes[:, 0], all_spans, turns,
+                                                          strict=True):
         stages = list(spans)
+        marked = marks(events)
         for y, stage in enumerate(stages):
             bars = [(a, b - a) for a, b in spans[stage]]
             ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=COLORS[stage])
-        for t in marks(events)["sentence"]:
+        for t in marked["sentence"]:
             ax.plot([t, t], [stages.index("llm") - 0.4, stages.index("llm") + 0.4],
                     color="black", lw=1)
-        for t in marks(events)["barge-in"]:
+        for t in marked["barge-in"]:
             ax.axvline(t, color="red", ls=":", lw=1.5)
         if first_audio_ms is not None:
             ax.axvline(first_audio_ms / 1000, color="black", ls="--", lw=1)
