@@ -35,6 +35,7 @@ from pipeline.llm_client import (
     Finished,
     LlmClient,
     LlmError,
+    ResponseStarted,
     RoleChunk,
     TokenDelta,
 )
@@ -176,8 +177,7 @@ class _Turn:
             await self.tasks.cancel_all()
             if self.stream is not None:
                 await self.stream.aclose()
-        result.events = list(self.rec.events)
-        result.metrics = turn_metrics(result.events, self.mode)
+        result.metrics = turn_metrics(self.rec.events, self.mode)
         self.rec.emit("turn.end", metrics=result.metrics)
         result.events = list(self.rec.events)
         return result
@@ -236,7 +236,7 @@ class _Turn:
             async with self.r.llm.stream_chat(sent, opts) as stream:
                 self.stream = stream
                 async for ev in stream:
-                    if self.rec.first("llm.request") is None:  # request_at is set on send
+                    if isinstance(ev, ResponseStarted):  # request_at is set on send
                         self.rec.emit("llm.request", at=stream.request_at)
                     self.on_stream_event(ev, chunker, held)
                     if chunker.done:  # enough sentences: hang up so the server stops
@@ -259,7 +259,7 @@ class _Turn:
         if isinstance(ev, RoleChunk):
             self.rec.emit("llm.first_chunk", at=ev.t)
         elif isinstance(ev, TokenDelta):
-            if self.rec.first("llm.first_token") is None:
+            if not self.heard.raw:  # deltas are never empty: this is the first token
                 self.rec.emit("llm.first_token", at=ev.t)
             self.heard.add_raw(ev.text)
             for sentence in chunker.feed(ev.text):
