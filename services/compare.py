@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from services.errors import UserError
-from services.replay import add_turn_options, turn_config
+from services.replay import add_turn_options, assistant_for, turn_config
 
 SHOWN = ("first_audio_ms", "asr_ms", "ttft_ms", "prefill_ms", "first_sentence_ms",
          "tts_first_ms", "overhead_ms", "turn_ms", "prompt_n", "cache_n", "reply_sentences")
@@ -62,7 +62,6 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
     from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.audio_out import RealtimeNullSink
     from pipeline.conversation import Conversation
-    from services.assistant import load_assistant
 
     console = Console(stderr=True)
     audio = {}
@@ -73,9 +72,7 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
             console.print(f"voice-llm compare: {e} (skipped)", markup=False)
     if not audio:
         raise UserError("no readable WAV turns to compare")
-    assistant = await load_assistant(args.llm_url, language=args.language,
-                                     asr_threads=args.asr_threads,
-                                     tts_threads=args.tts_threads)
+    assistant = await assistant_for(args)
     sink = RealtimeNullSink()
     await sink.open(assistant.tts.sample_rate)
     turns: list[dict[str, Any]] = []

@@ -12,11 +12,14 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pipeline.heard import INTERRUPTED_MARK
 from pipeline.turn import TurnConfig
 from services.errors import UserError
+
+if TYPE_CHECKING:
+    from services.assistant import Assistant
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
@@ -65,6 +68,15 @@ def turn_config(args: argparse.Namespace, mode: str) -> TurnConfig:
                       first_max_chars=args.first_max_chars or None)
 
 
+async def assistant_for(args: argparse.Namespace, mode: str = "streamed") -> Assistant:
+    """The assistant the turn options above ask for (replay, compare and talk share them)."""
+    from services.assistant import load_assistant
+
+    return await load_assistant(args.llm_url, language=args.language,
+                                asr_threads=args.asr_threads, tts_threads=args.tts_threads,
+                                config=turn_config(args, mode))
+
+
 def run(args: argparse.Namespace) -> int:
     for wav in args.wavs:
         if not Path(wav).exists():
@@ -87,18 +99,13 @@ async def _replay(args: argparse.Namespace) -> int:
     from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.bargein import BargeIn
     from pipeline.events import Event
-    from services.assistant import load_assistant
-
     events_file: IO[str] | None = args.events.open("w") if args.events else None
 
     def write_event(ev: Event) -> None:
         if events_file:
             events_file.write(ev.to_json() + "\n")
 
-    assistant = await load_assistant(args.llm_url, language=args.language,
-                                     asr_threads=args.asr_threads,
-                                     tts_threads=args.tts_threads,
-                                     config=turn_config(args, args.mode))
+    assistant = await assistant_for(args, args.mode)
     sink = make_sink(args.play, args.out_wav)
     await sink.open(assistant.tts.sample_rate)
     runner = assistant.runner(sink, listeners=[write_event])

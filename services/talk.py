@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from services.errors import UserError
-from services.replay import add_turn_options, turn_config
+from services.replay import add_turn_options, assistant_for
 
 if TYPE_CHECKING:
     from pipeline.events import Event
@@ -144,7 +144,6 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
     from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
     from pipeline.tasks import TaskSet
-    from services.assistant import load_assistant
     from services.timeline import summary_line
 
     # Ctrl-C / SIGTERM cancel this task, so every `finally` below runs: the turn's LLM
@@ -163,10 +162,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
             events_file.write(ev.to_json() + "\n")
             events_file.flush()  # followed live (tail -f, tests)
 
-    assistant = await load_assistant(args.llm_url, language=args.language,
-                                     asr_threads=args.asr_threads,
-                                     tts_threads=args.tts_threads,
-                                     config=turn_config(args, args.mode))
+    assistant = await assistant_for(args, args.mode)
     sink = PlaybackTap(SoundDeviceSink(device_arg(args.output_device)))
     runner = assistant.runner(sink, listeners=[write_event, status.on_event])
     bargein = BargeIn(runner)
