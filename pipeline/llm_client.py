@@ -453,7 +453,7 @@ def _decode_chunk(payload: str) -> dict[str, Any]:
     return chunk
 
 
-# What to do about the statuses llama-server is known to answer (DESIGN.md facts).
+# What to do about the statuses llama-server is known to answer (docs/llama-server.md).
 _STATUS_HINTS = {
     401: "give the client the server's --api-key",
     404: "is this URL really a llama-server?",

@@ -1,4 +1,4 @@
-"""Per-turn metrics, derived from the event log only (names from DESIGN.md).
+"""Per-turn metrics, derived from the event log only (names in docs/contracts.md).
 
 Times in the log are seconds since the end of the user's audio; metrics are ms.
 ``first_sentence_ms`` runs from the LLM request to the first released sentence, so the

@@ -11,7 +11,7 @@ Messages from the browser (JSON text frames unless noted)::
     {"type": "text", "text": "..."}                 a typed turn (no ASR)
     {"type": "reset"}                               forget the history
 
-Messages to the browser: ``hello``, ``audio.format``, ``event`` (the DESIGN.md event dict
+Messages to the browser: ``hello``, ``audio.format``, ``event`` (the docs/contracts.md event dict
 under ``"event"``), ``transcript``, ``sentence``, binary audio frames, ``audio.stop``,
 ``turn.result`` and ``error`` (one line; the session goes on).
 

@@ -151,8 +151,8 @@ def test_report_renders_every_section_with_references() -> None:
     assert "b1234" in text and "Qwen2.5-0.5B-Instruct Q4_0" in text
     for title in report.TITLES.values():
         assert f"## {title}" in text
-    assert "| LAB.md reference | 127 |" in text          # TTFT reference beside ours
-    assert "| LAB.md reference | 258 | 801 |" in text    # prefill reference
+    assert "| reference | 127 |" in text          # TTFT reference beside ours
+    assert "| reference | 258 | 801 |" in text    # prefill reference
     assert "2.50 ms per prompt token, r² 1.000" in text
     assert "![" in text and "(prefill.png)" in text
     assert "| close (hang up) | 502 | 12 | 40 | – | yes |" in text

@@ -20,7 +20,7 @@ from services.lab.context import Lab, attach_docs
 from services.lab.measure import chat, measure
 
 REQUESTS = 3
-FIXED_DOCS = 2  # ~250 tokens of fixed prefix, like LAB.md's 258-token prompt
+FIXED_DOCS = 2  # ~250 tokens of fixed prefix, like the 258-token reference prompt (docs/lab.md)
 INSTRUCTIONS = "You are a helpful assistant. Use the reference notes when they help."
 QUESTION = "Which note talks about bees? Answer in one sentence."
 MAX_TOKENS = 8

@@ -1,4 +1,4 @@
-"""``voice-llm lab``: the LLM latency experiments of LAB.md, measured on this machine.
+"""``voice-llm lab``: the LLM latency experiments (docs/lab.md), measured on this machine.
 
 ``voice-llm lab EXPERIMENT [--out DIR]`` runs one experiment (or ``all``), prints its table,
 and writes ``DIR/lab.json``, ``DIR/report.md`` and the PNGs. A single experiment updates its
@@ -22,7 +22,7 @@ DEFAULT_OUT = Path("out/lab")
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("experiment", choices=(*EXPERIMENTS, "all"),
-                        help="which experiment to run ('all' runs them in LAB.md's order)")
+                        help="which experiment to run ('all' runs them in this order)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help="folder for lab.json, report.md and the PNGs (default %(default)s)")
     parser.add_argument("--runs", type=int, default=None, metavar="N",

@@ -2,7 +2,7 @@
 
 Times are client-side, from ``stream.request_at`` (just before the request is sent) to the
 event's monotonic timestamp; server-side numbers come from the final chunk's ``timings``.
-TTFT is the first *content* delta: the role-only first chunk is not a token (DESIGN.md).
+TTFT is the first *content* delta: the role-only first chunk is not a token (docs/llama-server.md).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def render(result: dict[str, Any], figures: dict[str, str] | None = None) -> str
         f"| build | {tables.fmt(server.get('build'))} |",
         f"| started by the lab | {tables.fmt(server.get('started_by_lab'))} |",
         f"| machine | {_machine(result.get('machine') or {})} |", "",
-        f"Reference numbers come from LAB.md, measured with **{tables.REF_MODEL}** on a "
+        f"Reference numbers (docs/lab.md) were measured with **{tables.REF_MODEL}** on a "
         "2-CPU pod. Ours use the model above (by default the much smaller SmolLM2-135M-"
         "Instruct Q4_1), so absolute times differ: compare the shapes — linear prefill, "
         "prefix reuse, the first sentence independent of max_tokens, cancel on close.", "",

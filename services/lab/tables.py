@@ -1,7 +1,7 @@
 """The lab's tables, built once from the ``lab.json`` sections and rendered twice: as rich
 tables in the terminal and as Markdown in report.md.
 
-Reference numbers are LAB.md's (Qwen2.5-0.5B-Instruct Q4_0, llama-server, a 2-CPU pod);
+Reference numbers are docs/lab.md's (Qwen2.5-0.5B-Instruct Q4_0, llama-server, a 2-CPU pod);
 ours come from whatever model the server runs (by default SmolLM2-135M-Instruct Q4_1).
 """
 
@@ -15,9 +15,9 @@ REF_MODEL = "Qwen2.5-0.5B-Instruct Q4_0"
 REF_SHORT = {"prompt_n": 35, "ttft_ms": 127}
 REF_LONG = {"prompt_n": 258, "ttft_ms": 801}
 REF_REPEAT = {"prompt_n": 1, "ttft_ms": 24}
-REF_MS_PER_TOKEN = (801 - 127) / (258 - 35)  # ≈ 3.0, from LAB.md's two cold points
+REF_MS_PER_TOKEN = (801 - 127) / (258 - 35)  # ≈ 3.0, from the two cold reference points
 REF_DECODE_TPS = 50
-REF_SLOT_IDLE_MS = 10  # DESIGN.md: llama-server frees the slot ~10 ms after the close
+REF_SLOT_IDLE_MS = 10  # docs/llama-server.md: llama-server frees the slot ~10 ms after the close
 
 
 @dataclass
@@ -44,7 +44,7 @@ def ttft(section: dict[str, Any]) -> TableData:
     rows.append(["median", fmt(section.get("median_ttft_ms")),
                  fmt(section.get("median_prompt_ms")), fmt(section.get("median_overhead_ms")),
                  ""])
-    rows.append(["LAB.md reference", fmt(REF_SHORT["ttft_ms"]), "–", "–",
+    rows.append(["reference", fmt(REF_SHORT["ttft_ms"]), "–", "–",
                  fmt(REF_SHORT["prompt_n"])])
     return TableData("TTFT, cold (cache_prompt false)",
                      ["", "TTFT ms", "prefill ms", "TTFT − prefill", "prompt_n"], rows,
@@ -55,9 +55,9 @@ def ttft(section: dict[str, Any]) -> TableData:
 def prefill(section: dict[str, Any]) -> TableData:
     rows = [[fmt(s["docs"]), fmt(s["prompt_n"]), fmt(s.get("min_ttft_ms")), fmt(s["ttft_ms"]),
              fmt(s["prompt_ms"])] for s in section.get("by_docs", [])]
-    rows.append(["LAB.md reference", fmt(REF_SHORT["prompt_n"]), fmt(REF_SHORT["ttft_ms"]),
+    rows.append(["reference", fmt(REF_SHORT["prompt_n"]), fmt(REF_SHORT["ttft_ms"]),
                  "", "–"])
-    rows.append(["LAB.md reference", fmt(REF_LONG["prompt_n"]), fmt(REF_LONG["ttft_ms"]), "",
+    rows.append(["reference", fmt(REF_LONG["prompt_n"]), fmt(REF_LONG["ttft_ms"]), "",
                  "–"])
     notes = [f"Least squares on the fastest run of each length: "
              f"{fmt(section.get('ms_per_token'), 2)} ms per prompt token, "
@@ -83,7 +83,7 @@ def cache(section: dict[str, Any]) -> TableData:
              for i, r in enumerate(section["volatile_first"], 1)]
     rows += [row(f"(c) time line last #{i}", r)
              for i, r in enumerate(section["volatile_last"], 1)]
-    rows.append(["LAB.md: 258 tokens sent again", fmt(REF_REPEAT["prompt_n"]), "–",
+    rows.append(["reference: 258 tokens sent again", fmt(REF_REPEAT["prompt_n"]), "–",
                  fmt(REF_REPEAT["ttft_ms"])])
     return TableData("KV cache and the prefix rule (cache_prompt true)",
                      ["request", "prompt_n", "cache_n", "TTFT ms"], rows,
@@ -95,7 +95,7 @@ def first_sentence(section: dict[str, Any]) -> TableData:
     rows = [[fmt(s["max_tokens"]), fmt(s["ttft_ms"]), fmt(s["first_sentence_ms"]),
              fmt(s["total_ms"]), fmt(s["completion_tokens"]), fmt(s.get("decode_tps"))]
             for s in section["by_max_tokens"]]
-    rows.append(["LAB.md reference", "", "", "", "", f"≈{REF_DECODE_TPS}"])
+    rows.append(["reference", "", "", "", "", f"≈{REF_DECODE_TPS}"])
     notes = []
     if section.get("first_sentence"):
         notes.append(f"First sentence: “{section['first_sentence']}”")
@@ -114,7 +114,7 @@ def barge_in(section: dict[str, Any]) -> TableData:
          fmt(close.get("received_tokens")), "–", fmt(close["cancel_logged"])],
         ["hold (stop reading)", fmt(hold.get("stopped_reading_ms")), fmt(hold["slot_busy_ms"]),
          fmt(hold.get("received_before_stop")), fmt(hold["predicted_n"]), "–"],
-        ["DESIGN.md reference", "", f"≈{REF_SLOT_IDLE_MS}", "", "", ""],
+        ["reference", "", f"≈{REF_SLOT_IDLE_MS}", "", "", ""],
     ]
     notes = [f"Hold: the server generated {fmt(hold.get('wasted_tokens'))} tokens nobody read. "
              f"Closed request: id_task {fmt(close.get('id_task'))}."]
