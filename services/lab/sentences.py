@@ -1,9 +1,10 @@
 """Where the first sentence of a streamed reply ends.
 
-The lab's rule (docs/lab.md): a terminal mark (. ! ?) *followed by whitespace*. Waiting for the whitespace
-keeps "3.5" and "a.m." whole, at the cost of one more token of delay. Closing quotes or
-brackets may sit between the mark and the whitespace ('He said "no." Then...'). A list
-marker such as "1. " is not a sentence either: small models answer in numbered lists often.
+The lab's rule (docs/lab.md): a terminal mark (. ! ?) *followed by whitespace*. Waiting for
+the whitespace keeps "3.5" and "a.m." whole, at the cost of one more token of delay. Closing
+quotes or brackets may sit between the mark and the whitespace ('He said "no." Then...'). A
+list marker such as "1. " is not a sentence either: small models answer in numbered lists
+often.
 """
 
 from __future__ import annotations
