@@ -1,41 +1,38 @@
-"""Audio output: sinks that play int16 mono samples at a sample rate.
+"""Audio output: the one sink contract, and the sinks that need no sound card.
 
-Every sink honours the same contract, which the turn runner and barge-in rely on:
+Every sink honours ``AudioSink``, which the turn runner and barge-in rely on:
 
 * ``play(samples)`` returns when the samples have been played (at real-time pace, except
-  for a bare ``WavFileSink``), or early after ``stop()``; it returns the exact number of
-  samples played, so the history can be cut at what the user actually heard.
+  for ``InstantSink`` and a bare ``WavFileSink``), or early after ``stop()``; it returns the
+  exact number of samples played, so the history can be cut at what the user actually heard.
 * ``stop()`` (barge-in) makes the current ``play`` return within one block (<= 20 ms) and
   every further ``play`` return 0 at once, until ``resume()``.
 
 Sinks are driven from the event loop thread; ``stop()`` is a plain method so the barge-in
-task can call it without awaiting anything.
+task can call it without awaiting anything. The sound card is ``pipeline.speaker``; the
+browser's speaker ``services.ws_sink``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import time
 import wave
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BLOCK_MS = 20
-_START_TIMEOUT_S = 5.0
-
-
-class AudioDeviceError(Exception):
-    """The sound system cannot be used; ``str(e)`` is one line saying how to fix it."""
 
 
 class AudioSink(Protocol):
-    sample_rate: int
+    """Plays int16 mono samples at ``sample_rate`` (0 until ``open``)."""
+
+    @property
+    def sample_rate(self) -> int: ...
 
     async def open(self, sample_rate: int) -> None: ...
 
@@ -162,12 +159,40 @@ class RealtimeNullSink(ScheduledSink):
         super().__init__(block_ms, lead_s=0.0)
 
 
+class InstantSink:
+    """Machines do not listen: audio counts as played the moment it is ready (POST
+    /api/turn). ``samples`` counts everything played."""
+
+    def __init__(self) -> None:
+        self.sample_rate = 0
+        self.samples = 0
+        self._stopped = False
+
+    async def open(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+
+    async def play(self, samples: np.ndarray) -> int:
+        if self._stopped:
+            return 0
+        self.samples += samples.size
+        return int(samples.size)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def resume(self) -> None:
+        self._stopped = False
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
 class WavFileSink:
     """Records everything played into a 16-bit mono WAV, written at ``close()``.
 
-    With an ``inner`` sink (e.g. ``RealtimeNullSink()`` or a ``SoundDeviceSink``) pacing and
-    stop semantics are the inner one's and only the samples it actually played are written;
-    without one, ``play`` is instant.
+    With an ``inner`` sink (e.g. ``RealtimeNullSink()`` or the sound card's
+    ``SoundDeviceSink``) pacing and stop semantics are the inner one's and only the samples
+    it actually played are written; without one, ``play`` is instant.
     """
 
     def __init__(self, path: str | Path, inner: AudioSink | None = None) -> None:
@@ -229,213 +254,6 @@ class WavFileSink:
             w.writeframes(self.recorded.astype("<i2").tobytes())
         log.info("wrote %s (%.2f s)", self.path,
                  self.recorded.size / self.sample_rate if self.sample_rate else 0.0)
-
-
-class SoundDeviceSink:
-    """The sound card, through a sounddevice (PortAudio) ``OutputStream`` callback.
-
-    The stream runs for the sink's whole life and plays silence when idle. The PortAudio
-    callback copies one block at a time from the current ``play`` buffer and notes when
-    that block will reach the speaker (PortAudio's DAC time), so:
-
-    * ``play`` returns when the last sample has actually been heard, not when it was handed
-      to the device: consecutive sentences are separated by the device latency (tens of ms
-      with ``latency="low"``);
-    * after ``stop()`` the count is the samples heard by then, exact to the DAC clock, and
-      the blocks already queued in the device are discarded (``abort`` + restart on a
-      helper thread) so silence does not wait for the device buffer to drain.
-    """
-
-    def __init__(self, device: str | int | None = None, block_ms: int = DEFAULT_BLOCK_MS,
-                 *, latency: str | float = "low") -> None:
-        self.device = device
-        self.block_ms = block_ms
-        self.latency = latency
-        self.sample_rate = 0
-        self._stream: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._lock = threading.Lock()  # shared with the callback on PortAudio's thread
-        self._buf: np.ndarray | None = None
-        self._pos = 0
-        self._consumed: asyncio.Future[float] | None = None  # -> time the end is heard
-        self._blocks: list[tuple[float, int]] = []  # (time heard, samples) of this play
-        self._wake: asyncio.Future[float] | None = None  # -> time of stop()
-        self._stopped = False
-        self._flusher: threading.Thread | None = None
-        self._device_end = 0.0  # when the last block handed to the device will be heard
-        self._last_callback = 0.0
-        self._pulling = threading.Event()  # the device consumes blocks at real-time pace
-
-    async def open(self, sample_rate: int) -> None:
-        if self._stream is not None and sample_rate == self.sample_rate:
-            return
-        await self.close()
-        self._stopped = False  # close() stops; a freshly opened device plays
-        sd = import_sounddevice()
-        self._loop = asyncio.get_running_loop()
-        self.sample_rate = sample_rate
-        self._stream = await asyncio.to_thread(self._start_stream, sd, sample_rate)
-        # PortAudio pre-fills a few blocks at once, then some devices stall before pulling
-        # (~0.3-2 s into a PulseAudio null sink here). Being open means being ready to play
-        # in real time, so wait for steady pulling; a device that never gets there shows up
-        # in play()'s timeout.
-        if not await asyncio.to_thread(self._pulling.wait, _START_TIMEOUT_S):
-            log.warning("output device %s not pulling audio after %.0f s",
-                        self.device or "default", _START_TIMEOUT_S)
-
-    def _start_stream(self, sd: Any, sample_rate: int) -> Any:
-        try:
-            stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="int16",
-                                     device=self.device, latency=self.latency,
-                                     blocksize=block_samples(sample_rate, self.block_ms),
-                                     callback=self._callback)
-            stream.start()
-        except (sd.PortAudioError, ValueError) as e:
-            name = "default" if self.device is None else repr(self.device)
-            raise AudioDeviceError(f"cannot open output device {name}: {e}") from None
-        log.info("output device %s open at %d Hz, latency %.0f ms", self.device or "default",
-                 sample_rate, stream.latency * 1000)
-        return stream
-
-    def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
-        if status:
-            log.debug("output stream status: %s", status)
-        now = time.monotonic()
-        if now - self._last_callback > 0.5 * self.block_ms / 1000 and self._last_callback:
-            self._pulling.set()
-        self._last_callback = now
-        with self._lock:
-            # After a start-up stall or an underrun, PortAudio pulls several blocks at once;
-            # they still reach the speaker one after the other, never overlapping.
-            heard_at = max(now + self._ahead(time_info), self._device_end)
-            self._device_end = heard_at + frames / self.sample_rate
-            buf = self._buf
-            if buf is None:
-                outdata.fill(0)
-                return
-            n = min(frames, buf.size - self._pos)
-            outdata[:n, 0] = buf[self._pos:self._pos + n]
-            outdata[n:].fill(0)
-            self._pos += n
-            self._blocks.append((heard_at, n))
-            if self._pos >= buf.size:
-                self._buf = None
-                self._post(self._consumed, heard_at + n / self.sample_rate)
-
-    def _ahead(self, time_info: Any) -> float:
-        """Seconds until this block reaches the speaker; some host APIs report 0."""
-        ahead = float(time_info.outputBufferDacTime - time_info.currentTime)
-        if 0 < ahead < 1 or self._stream is None:
-            return max(0.0, ahead)
-        return float(self._stream.latency)
-
-    def _post(self, fut: asyncio.Future[float] | None, value: float) -> None:
-        # From PortAudio's thread or the loop's: hand over to the loop either way.
-        if fut is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(_set_if_pending, fut, value)
-
-    async def play(self, samples: np.ndarray) -> int:
-        samples = as_int16(samples)
-        if self._stream is None:
-            raise RuntimeError("SoundDeviceSink.play() before open()")
-        if self._stopped or samples.size == 0:
-            return 0
-        loop = asyncio.get_running_loop()
-        consumed: asyncio.Future[float] = loop.create_future()
-        wake: asyncio.Future[float] = loop.create_future()
-        with self._lock:
-            self._buf, self._pos, self._consumed, self._blocks = samples, 0, consumed, []
-        self._wake = wake
-        try:
-            return await self._until_heard(samples.size, consumed, wake)
-        finally:
-            self._wake = None
-            with self._lock:
-                if self._consumed is consumed:
-                    self._buf, self._consumed = None, None
-
-    async def _until_heard(self, total: int, consumed: asyncio.Future[float],
-                           wake: asyncio.Future[float]) -> int:
-        # A device that stops pulling audio must not hang the turn.
-        limit = total / self.sample_rate + 5.0
-        await asyncio.wait({consumed, wake}, timeout=limit,
-                           return_when=asyncio.FIRST_COMPLETED)
-        if not (consumed.done() or wake.done()):
-            raise AudioDeviceError("output device stopped consuming audio")
-        if not wake.done():
-            delay = consumed.result() - time.monotonic()
-            if delay > 0:
-                await asyncio.wait({wake}, timeout=delay)
-        return self._heard_by(wake.result()) if wake.done() else total
-
-    def _heard_by(self, moment: float) -> int:
-        with self._lock:
-            blocks = list(self._blocks)
-        return sum(min(n, max(0, int((moment - at) * self.sample_rate))) for at, n in blocks)
-
-    def stop(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self._stopped = True
-            self._buf = None
-            in_flight = any(at + n / self.sample_rate > now for at, n in self._blocks)
-        wake = self._wake
-        if wake is not None:
-            self._post(wake, now)
-        if in_flight:
-            self._flush_device()
-
-    def _flush_device(self) -> None:
-        """Drop the blocks queued in the device now (PortAudio abort), then restart."""
-        stream = self._stream
-        if stream is None or (self._flusher is not None and self._flusher.is_alive()):
-            return
-        self._flusher = threading.Thread(target=self._abort_and_restart, args=(stream,),
-                                         name="audio-out-flush", daemon=True)
-        self._flusher.start()
-
-    def _abort_and_restart(self, stream: Any) -> None:
-        # The restart may take a while before the device pulls again (~2 s into a
-        # PulseAudio null sink here); it overlaps the user's next utterance, so the next
-        # reply does not wait for it.
-        try:
-            stream.abort()
-            with self._lock:
-                self._device_end = 0.0  # the queued blocks were discarded
-            stream.start()
-        except Exception:  # a dead device shows up in play()'s timeout; keep the reason
-            log.exception("output device flush failed")
-
-    def resume(self) -> None:
-        self._stopped = False
-
-    async def close(self) -> None:
-        self.stop()
-        stream, self._stream = self._stream, None
-        flusher, self._flusher = self._flusher, None
-        if flusher is not None:
-            await asyncio.to_thread(flusher.join)
-        if stream is not None:
-            await asyncio.to_thread(_close_stream, stream)
-
-
-def import_sounddevice() -> Any:
-    """Import sounddevice lazily; a missing PortAudio becomes one actionable line."""
-    try:
-        import sounddevice
-    except OSError:
-        raise AudioDeviceError("PortAudio not found: apt-get install libportaudio2") from None
-    return sounddevice
-
-
-def _close_stream(stream: Any) -> None:
-    stream.stop()
-    stream.close()
-
-
-def _set_if_pending(fut: asyncio.Future[float], value: float) -> None:
-    if not fut.done():
-        fut.set_result(value)
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, wake: asyncio.Future[float],

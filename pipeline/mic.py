@@ -11,7 +11,8 @@ Three layers, so each can be tested on its own:
   ``SpeechStart`` / ``SpeechSustained`` / ``UtteranceEnd`` events. No event loop, no device,
   so it is tested on recorded WAVs.
 * ``MicSource`` is the sounddevice ``InputStream``: 16 kHz mono float32 blocks handed to the
-  event loop through a queue (the PortAudio callback must never block).
+  event loop through a queue (the PortAudio callback must never block). The device helpers
+  it shares with the speaker are in ``pipeline.sound_device``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipeline.audio_out import AudioDeviceError, import_sounddevice
+from pipeline.sound_device import (
+    AudioDeviceError,
+    close_stream,
+    device_name,
+    import_sounddevice,
+    one_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +264,7 @@ class MicSource:
         await self.close()
 
     def _open(self, sd: Any) -> Any:
-        name = "default" if self.device is None else repr(self.device)
+        name = device_name(self.device)
         try:
             sd.check_input_settings(device=self.device, channels=1, dtype="float32",
                                     samplerate=SAMPLE_RATE)
@@ -267,7 +274,7 @@ class MicSource:
             stream.start()
         except (sd.PortAudioError, ValueError) as e:
             raise AudioDeviceError(
-                f"cannot open input device {name} ({_one_line(e)}): connect a microphone "
+                f"cannot open input device {name} ({one_line(e)}): connect a microphone "
                 "or pick one with --input-device (voice-llm talk --list-devices)") from None
         log.info("input device %s open at %d Hz, %d-sample blocks, latency %.0f ms", name,
                  SAMPLE_RATE, self.block, stream.latency * 1000)
@@ -296,37 +303,5 @@ class MicSource:
     async def close(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
-            await asyncio.to_thread(_close, stream)
+            await asyncio.to_thread(close_stream, stream)
             self._put(None)  # ends the iteration of whoever is reading
-
-
-def _close(stream: Any) -> None:
-    stream.stop()
-    stream.close()
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())
-
-
-def list_devices() -> str:
-    """The devices PortAudio sees, one per line, marking the defaults (> input, < output)."""
-    sd = import_sounddevice()
-    devices = sd.query_devices()
-    if not len(devices):
-        return ("no audio devices found: connect one, or start a sound server "
-                "(PulseAudio/PipeWire) so PortAudio can see it")
-    return str(devices)
-
-
-def check_input_device(device: str | int | None) -> str:
-    """Name of the input device ``device`` resolves to; AudioDeviceError if there is none."""
-    sd = import_sounddevice()
-    try:
-        info = sd.query_devices(device, kind="input")
-    except (sd.PortAudioError, ValueError) as e:
-        what = "no default input device" if device is None else f"no input device {device!r}"
-        raise AudioDeviceError(
-            f"{what} ({_one_line(e)}): connect a microphone or pick one with "
-            "--input-device (see voice-llm talk --list-devices)") from None
-    return str(info["name"])

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation, Message
 from pipeline.events import Event, EventRecorder, Listener
 from pipeline.heard import HeardText
@@ -57,12 +58,6 @@ class Synthesizer(Protocol):
     sample_rate: int
 
     def synthesize(self, text: str) -> np.ndarray: ...
-
-
-class Sink(Protocol):
-    async def play(self, samples: np.ndarray) -> int: ...
-    def stop(self) -> None: ...
-    def resume(self) -> None: ...
 
 
 class TurnError(Exception):
@@ -99,7 +94,8 @@ class TurnResult:
 class TurnRunner:
     """Runs turns of one conversation against one LLM client, TTS and sink."""
 
-    def __init__(self, asr: Transcriber | None, llm: LlmClient, tts: Synthesizer, sink: Sink,
+    def __init__(self, asr: Transcriber | None, llm: LlmClient, tts: Synthesizer,
+                 sink: AudioSink,
                  conversation: Conversation | None = None, config: TurnConfig | None = None,
                  listeners: list[Listener] | None = None) -> None:
         self.asr, self.llm, self.tts, self.sink = asr, llm, tts, sink

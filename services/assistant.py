@@ -12,10 +12,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation
 from pipeline.events import Listener
 from pipeline.llm_client import LlmClient
-from pipeline.turn import Sink, TurnConfig, TurnRunner
+from pipeline.turn import TurnConfig, TurnRunner
 from services import models
 from services.llama_server import ensure_server
 
@@ -34,7 +35,7 @@ class Assistant:
     llm_url: str
     config: TurnConfig = field(default_factory=TurnConfig)
 
-    def runner(self, sink: Sink, conversation: Conversation | None = None,
+    def runner(self, sink: AudioSink, conversation: Conversation | None = None,
                listeners: list[Listener] | None = None,
                config: TurnConfig | None = None) -> TurnRunner:
         return TurnRunner(self.asr, self.llm, self.tts, sink, conversation,

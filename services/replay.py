@@ -19,6 +19,7 @@ from pipeline.turn import TurnConfig
 from services.errors import UserError
 
 if TYPE_CHECKING:
+    from pipeline.audio_out import AudioSink
     from services.assistant import Assistant
 
 
@@ -88,10 +89,11 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_replay(args))
 
 
-def make_sink(play: bool, out_wav: Path | None) -> Any:
-    from pipeline.audio_out import RealtimeNullSink, SoundDeviceSink, WavFileSink
+def make_sink(play: bool, out_wav: Path | None) -> AudioSink:
+    from pipeline.audio_out import RealtimeNullSink, WavFileSink
+    from pipeline.speaker import SoundDeviceSink
 
-    inner: Any = SoundDeviceSink() if play else RealtimeNullSink()
+    inner: AudioSink = SoundDeviceSink() if play else RealtimeNullSink()
     return WavFileSink(out_wav, inner=inner) if out_wav else inner
 
 

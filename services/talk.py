@@ -62,8 +62,12 @@ def device_arg(spec: str | None) -> str | int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipeline.audio_out import AudioDeviceError
-    from pipeline.mic import check_input_device, list_devices
+    from pipeline.sound_device import (
+        AudioDeviceError,
+        check_input_device,
+        check_output_device,
+        list_devices,
+    )
 
     try:
         if args.list_devices:
@@ -72,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         if args.end_silence_ms < 100 or args.bargein_min_ms < 0:
             raise UserError("--end-silence-ms must be >= 100 and --bargein-min-ms >= 0")
         mic_name = check_input_device(device_arg(args.input_device))
-        speaker_name = _check_output_device(device_arg(args.output_device))
+        speaker_name = check_output_device(device_arg(args.output_device))
     except AudioDeviceError as e:
         raise UserError(str(e)) from None
     try:
@@ -82,18 +86,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     except AudioDeviceError as e:
         raise UserError(str(e)) from None
-
-
-def _check_output_device(device: str | int | None) -> str:
-    from pipeline.audio_out import AudioDeviceError, import_sounddevice
-
-    sd = import_sounddevice()
-    try:
-        return str(sd.query_devices(device, kind="output")["name"])
-    except (sd.PortAudioError, ValueError) as e:
-        what = "no default output device" if device is None else f"no output device {device!r}"
-        raise AudioDeviceError(f"{what} ({' '.join(str(e).split())}): pick one with "
-                               "--output-device (see voice-llm talk --list-devices)") from None
 
 
 class Status:
@@ -140,9 +132,9 @@ class Status:
 
 
 async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> int:
-    from pipeline.audio_out import SoundDeviceSink
     from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
+    from pipeline.speaker import SoundDeviceSink
     from pipeline.tasks import TaskSet
     from services.timeline import summary_line
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from aiohttp import BodyPartReader, web
 
 from pipeline.audio_in import AudioFileError
+from pipeline.audio_out import InstantSink
 from pipeline.conversation import Conversation
 from services.errors import UserError
 from services.web_session import BrowserSession, Limits, decode_wav_bytes
@@ -44,25 +44,6 @@ DEFAULT_MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 
 
 # --- the app ---------------------------------------------------------------------------
-class InstantSink:
-    """Machines do not listen: audio counts as played the moment it is ready."""
-
-    sample_rate = 0
-
-    def __init__(self) -> None:
-        self.samples = 0
-
-    async def play(self, samples: np.ndarray) -> int:
-        self.samples += samples.size
-        return int(samples.size)
-
-    def stop(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-
 @dataclass
 class ApiConversation:
     """The one conversation behind POST /api/turn; turns run one at a time."""

@@ -16,13 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.audio_out import (
-    AudioDeviceError,
-    AudioSink,
-    RealtimeNullSink,
-    SoundDeviceSink,
-    WavFileSink,
-)
+from pipeline.audio_out import AudioSink, InstantSink, RealtimeNullSink, WavFileSink
+from pipeline.sound_device import AudioDeviceError
+from pipeline.speaker import SoundDeviceSink
 
 RATE = 16000
 
@@ -44,8 +40,20 @@ async def play_then_stop(sink: AudioSink, samples: np.ndarray, after: float) -> 
 
 
 def test_sinks_satisfy_the_protocol() -> None:
-    sinks: list[AudioSink] = [RealtimeNullSink(), WavFileSink("x.wav"), SoundDeviceSink()]
+    sinks: list[AudioSink] = [RealtimeNullSink(), WavFileSink("x.wav"), SoundDeviceSink(),
+                              InstantSink()]
     assert all(s.sample_rate == 0 for s in sinks)
+
+
+async def test_instant_sink_counts_at_once_and_honours_stop() -> None:
+    sink = InstantSink()
+    await sink.open(RATE)
+    assert await sink.play(ramp(10.0)) == int(RATE * 10.0)  # no pacing
+    sink.stop()
+    assert await sink.play(ramp(0.1)) == 0
+    sink.resume()
+    assert await sink.play(ramp(0.1)) == int(RATE * 0.1)
+    assert sink.samples == int(RATE * 10.1)
 
 
 async def test_null_sink_plays_everything_at_real_time_pace() -> None:
@@ -177,7 +185,7 @@ async def test_sound_device_sink_play_before_open() -> None:
 CHILD = r"""
 import asyncio, json, sys, time
 import numpy as np
-from pipeline.audio_out import SoundDeviceSink
+from pipeline.speaker import SoundDeviceSink
 
 async def main():
     sink = SoundDeviceSink(device="pulse")
