@@ -3,16 +3,39 @@
 Blocking by design: the turn runner calls ``transcribe`` through ``asyncio.to_thread``.
 The model folder is found by the caller (``services.models`` assembles the bundled Whisper
 base); this module never looks anything up on a hub.
+
+**The fitted window.** Whisper was trained on 30 s windows and faster-whisper always pads
+the mel features to 3000 frames, so a 3 s question costs the encoder as much as a 30 s one
+(its ``chunk_length`` option does not change that). CTranslate2's Whisper accepts shorter
+features, and the encoder's cost falls with them. ``window="fitted"`` computes the features
+with faster-whisper's own extractor, pads them with ``pad_s`` of silence after the audio
+(Whisper needs that silence to close its transcript: with less than ~1.5 s it repeats the
+sentence until the length limit) and runs CTranslate2's ``generate`` on that. Audio whose
+fitted window would not be shorter than 30 s, and a fitted decode that still looks like a
+loop, go through faster-whisper's normal 30 s path (``window="full"``, kept for
+comparison: ``--asr-window full``).
+
+**The decode cap.** Both paths stop after a number of tokens proportional to the audio
+length, so a repetition loop can never cost more than a few hundred milliseconds.
+
+**The speech gate** (``pipeline.speech_gate``) runs Silero before Whisper and checks
+Whisper's confidence after it; a rejected utterance transcribes as "" and the turn ends
+as "heard no speech" without an LLM call.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+from pipeline.speech_gate import GateVerdict, SpeechEvidence, SpeechGate
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -20,20 +43,93 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16000  # what Whisper expects; pipeline.audio_in.load_wav delivers it
+FRAMES_PER_SECOND = 100  # mel frames (hop 160 samples)
+FULL_WINDOW_FRAMES = 3000  # Whisper's trained window: 30 s
+MAX_DECODE_TOKENS = 448  # Whisper's text context
 _WARMUP_SECONDS = 1.0
+
+Window = Literal["fitted", "full"]
+WINDOWS: tuple[Window, ...] = ("fitted", "full")
+
+# Silence after the audio in the fitted window. Measured with `scripts/bench_asr.py pad`
+# (docs/results.md): +0.5 s made Whisper repeat the question, +1.0 s still dropped or
+# doubled words, +1.5 s and more were as exact as the 30 s window; 2 s leaves a margin.
+DEFAULT_PAD_S = 2.0
+# Decode cap: fast speech is ~3.5 words/s, ~5 tokens/s; 10 tokens per second of audio
+# (plus a floor for one-word turns) never cut a real question and bounds a loop.
+TOKENS_PER_SECOND = 10.0
+MIN_DECODE_TOKENS = 24
+# faster-whisper's own loop detector: gzip ratio of a normal sentence is ~1-1.6.
+MAX_COMPRESSION_RATIO = 2.4
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """One utterance's text and how it was obtained (for the gate, tests and benches)."""
+
+    text: str
+    window: str  # "fitted", "full" or "gated" (Whisper not run)
+    frames: int = 0  # mel frames the encoder saw
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
+    tokens: int = 0
+    raw_text: str = ""  # what Whisper said before the gate's verdict
+    fell_back: str = ""  # why a fitted decode was redone on the full window
+    gate: GateVerdict | None = None
+    evidence: SpeechEvidence | None = field(default=None, repr=False)
+
+
+def fitted_frames(samples: int, pad_s: float) -> int:
+    """Mel frames for ``samples`` of audio plus ``pad_s`` of silence; even (conv stride 2)."""
+    frames = math.ceil(samples / (SAMPLE_RATE / FRAMES_PER_SECOND) + pad_s * FRAMES_PER_SECOND)
+    return frames + (frames & 1)
+
+
+def decode_cap(samples: int) -> int:
+    """Most new tokens worth decoding for ``samples`` of audio."""
+    seconds = samples / SAMPLE_RATE
+    return min(MAX_DECODE_TOKENS // 2, max(MIN_DECODE_TOKENS,
+                                           math.ceil(seconds * TOKENS_PER_SECOND)))
+
+
+def fit_features(features: np.ndarray, frames: int) -> np.ndarray:
+    """``features`` (n_mels, n) cut or padded with zeros to ``frames`` columns.
+
+    Zero is what faster-whisper's own ``pad_or_trim`` pads with on the way to 3000 frames,
+    so the fitted window differs from the full one only in where it stops.
+    """
+    n_mels, have = features.shape
+    if have >= frames:
+        return np.ascontiguousarray(features[:, :frames], dtype=np.float32)
+    out = np.zeros((n_mels, frames), dtype=np.float32)
+    out[:, :have] = features
+    return out
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / max(1, len(zlib.compress(data)))
 
 
 class WhisperAsr:
     """One Whisper model, loaded once, transcribing whole utterances."""
 
     def __init__(self, model_dir: Path, *, language: str | None = "en", threads: int = 2,
-                 beam_size: int = 1, compute_type: str = "int8") -> None:
+                 beam_size: int = 1, compute_type: str = "int8", window: Window = "fitted",
+                 pad_s: float = DEFAULT_PAD_S, gate: SpeechGate | None | bool = True) -> None:
+        if window not in WINDOWS:
+            raise ValueError(f"window must be one of {WINDOWS}, not {window!r}")
         self.model_dir = Path(model_dir)
         self.language = language
         self.threads = threads
         self.beam_size = beam_size
         self.compute_type = compute_type
+        self.window: Window = window
+        self.pad_s = pad_s
+        self.gate: SpeechGate | None = (SpeechGate() if gate is True
+                                        else None if gate is False else gate)
         self._model: WhisperModel | None = None
+        self._tokenizers: dict[str, Any] = {}
 
     @property
     def loaded(self) -> bool:
@@ -50,21 +146,114 @@ class WhisperAsr:
         self._model = WhisperModel(str(self.model_dir), device="cpu",
                                    compute_type=self.compute_type, cpu_threads=self.threads,
                                    local_files_only=True)
+        if self.gate is not None:
+            self.gate.load()
         loaded = time.monotonic()
         # The first call pays for allocating the encoder buffers; do it before "ready".
-        self.transcribe(np.zeros(int(SAMPLE_RATE * _WARMUP_SECONDS), dtype=np.float32))
+        # The gate would (rightly) refuse the silent warm-up, so it is bypassed.
+        self.recognize(np.zeros(int(SAMPLE_RATE * _WARMUP_SECONDS), dtype=np.float32),
+                       gated=False)
         log.info("whisper loaded from %s in %.0f ms (+%.0f ms warm-up)", self.model_dir,
                  (loaded - started) * 1000, (time.monotonic() - loaded) * 1000)
 
     def transcribe(self, audio: np.ndarray) -> str:
-        """Text of one utterance (float32 mono 16 kHz); blocking, run it in a thread."""
-        if audio.size == 0:
-            return ""
+        """Text of one utterance (float32 mono 16 kHz), "" if it holds no speech; blocking."""
+        return self.recognize(audio).text
+
+    def recognize(self, audio: np.ndarray, *, window: Window | None = None,
+                  gated: bool = True) -> Transcript:
+        """``transcribe`` with the details: window used, Whisper's confidence, gate verdict."""
+        samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if samples.size == 0:
+            return Transcript("", "gated", gate=GateVerdict(False, "empty audio"))
         if self._model is None:
             self.load()
+        gate = self.gate if gated else None
+        evidence = None
+        if gate is not None:
+            verdict, evidence = gate.before_asr(samples)
+            if not verdict.speech:
+                log.info("speech gate: %s", verdict.reason)
+                return Transcript("", "gated", gate=verdict, evidence=evidence)
+        result = self._run(samples, window or self.window)
+        if gate is None:
+            return result
+        verdict = gate.after_asr(result.text, result.no_speech_prob, result.avg_logprob)
+        if not verdict.speech:
+            log.info("speech gate: %s (heard %r)", verdict.reason, result.text)
+        return Transcript(result.text if verdict.speech else "", result.window, result.frames,
+                          result.no_speech_prob, result.avg_logprob, result.tokens,
+                          raw_text=result.text, fell_back=result.fell_back, gate=verdict,
+                          evidence=evidence)
+
+    def _run(self, samples: np.ndarray, window: Window) -> Transcript:
+        if window == "fitted":
+            frames = fitted_frames(samples.size, self.pad_s)
+            if frames < FULL_WINDOW_FRAMES:
+                fitted = self._fitted(samples, frames)
+                why = self._looks_broken(fitted, samples.size)
+                if not why:
+                    return fitted
+                log.info("fitted window: %s; redoing on the 30 s window", why)
+                full = self._full(samples)
+                return replace(full, fell_back=why)
+        return self._full(samples)
+
+    @staticmethod
+    def _looks_broken(result: Transcript, samples: int) -> str:
+        if result.tokens >= decode_cap(samples):
+            return f"decode hit the {decode_cap(samples)}-token cap"
+        if compression_ratio(result.text) > MAX_COMPRESSION_RATIO:
+            return f"repetitive text (gzip ratio {compression_ratio(result.text):.1f})"
+        return ""
+
+    def _tokenizer(self, language: str) -> Any:
+        if language not in self._tokenizers:
+            from faster_whisper.tokenizer import Tokenizer
+
+            assert self._model is not None
+            self._tokenizers[language] = Tokenizer(
+                self._model.hf_tokenizer, self._model.model.is_multilingual,
+                task="transcribe", language=language)
+        return self._tokenizers[language]
+
+    def _fitted(self, samples: np.ndarray, frames: int) -> Transcript:
+        """CTranslate2's generate on features cut to the utterance (+ padding)."""
+        import ctranslate2
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        assert self._model is not None
+        model = self._model
+        # The extractor appends one hop and yields one frame more than the audio holds;
+        # faster-whisper drops that last frame too (content_frames = n - 1).
+        features = model.feature_extractor(samples)[:, :-1]
+        storage = ctranslate2.StorageView.from_array(
+            fit_features(features, frames)[np.newaxis])
+        language = self.language or "en"
+        if self.language is None and model.model.is_multilingual:
+            language = model.model.detect_language(storage)[0][0][0][2:-2]
+        tokenizer = self._tokenizer(language)
+        # Same prompt and options as faster-whisper's transcribe(without_timestamps=True,
+        # temperature=0): start-of-transcript, language, task, no timestamps.
+        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        result = model.model.generate(
+            storage, [prompt], beam_size=self.beam_size, patience=1.0,
+            max_length=len(prompt) + decode_cap(samples.size),
+            return_scores=True, return_no_speech_prob=True, suppress_blank=True,
+            suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])),
+            max_initial_timestamp_index=50)[0]
+        tokens = list(result.sequences_ids[0])
+        # As faster-whisper: scores are length-normalized sums; +1 counts the end token.
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        text = tokenizer.decode(tokens).strip()
+        return Transcript(text, "fitted", frames, float(result.no_speech_prob),
+                          float(avg_logprob), len(tokens), raw_text=text)
+
+    def _full(self, samples: np.ndarray) -> Transcript:
+        """faster-whisper's own path: features padded to 30 s windows."""
         assert self._model is not None
         segments, _info = self._model.transcribe(
-            np.asarray(audio, dtype=np.float32),
+            samples,
             language=self.language,
             beam_size=self.beam_size,
             # The utterance was already cut by the caller (VAD or a WAV file): a second VAD
@@ -75,8 +264,18 @@ class WhisperAsr:
             # repetition loops for no accuracy gain on short questions.
             condition_on_previous_text=False,
             # One decode, no temperature fallback: a fallback re-runs the decoder up to five
-            # times on unclear audio, multiplying the ~1.2 s that ASR already costs.
+            # times on unclear audio, multiplying what ASR already costs.
             temperature=0.0,
+            max_new_tokens=decode_cap(min(samples.size, FULL_WINDOW_FRAMES * 160)),
         )
         # `segments` is lazy: decoding happens while we iterate.
-        return " ".join(s.text.strip() for s in segments).strip()
+        parts = list(segments)
+        text = " ".join(s.text.strip() for s in parts).strip()
+        tokens = sum(len(s.tokens) for s in parts)
+        frames = FULL_WINDOW_FRAMES * max(1, math.ceil(samples.size / (FULL_WINDOW_FRAMES * 160)))
+        if not parts:  # faster-whisper skipped every window as no speech
+            return Transcript("", "full", frames, 1.0, -math.inf, 0)
+        # Token-weighted log-probability; the most confident window's no-speech.
+        logprob = sum(s.avg_logprob * len(s.tokens) for s in parts) / max(1, tokens)
+        return Transcript(text, "full", frames, min(s.no_speech_prob for s in parts),
+                          logprob, tokens, raw_text=text)
