@@ -1,11 +1,19 @@
 """Audio input from recorded WAV turns (``load_wav``); the microphone is ``pipeline.mic``.
 
 Whisper wants float32 mono at 16 kHz. Any PCM WAV flavour is accepted (8/16/24/32-bit
-integer or float, mono or stereo, any rate); decoding and resampling are PyAV's job through
-``faster_whisper.decode_audio`` (no home-made resampler). Before handing the file to PyAV we
-walk the RIFF header ourselves: FFmpeg's own errors ("Invalid data found when processing
-input") do not tell a user *what* is wrong with *which* file, and a replay must be able to
-report one bad turn in one line and go on with the others.
+integer or float, mono or stereo, 8-192 kHz; stereo is mixed down to mono); decoding
+and resampling are PyAV's job through ``faster_whisper.decode_audio`` (no home-made
+resampler). Before handing the file to PyAV we walk the RIFF header ourselves: FFmpeg's
+own errors ("Invalid data found when processing input") do not tell a user *what* is wrong
+with *which* file, and a replay must be able to report one bad turn in one line and go on
+with the others.
+
+Limits, checked from the header before anything is decoded (each refused in one line):
+the sample rate must be 8-192 kHz (a 1 Hz header is a broken file, not a recording to
+resample), at most 2 channels (more is a multitrack or surround file whose channels may
+not hold the same voice; mixing them blindly is a guess), and at most ``MAX_SECONDS`` of
+audio (one spoken turn; a 10-minute file would otherwise be transcribed for 20 s before
+anything could refuse it).
 """
 
 from __future__ import annotations
@@ -20,6 +28,10 @@ from typing import BinaryIO
 import numpy as np
 
 SAMPLE_RATE = 16000
+MIN_RATE, MAX_RATE = 8000, 192000  # telephone to studio; outside that the header is wrong
+MAX_CHANNELS = 2
+MAX_SECONDS = 60.0  # one spoken turn; Whisper's fitted window covers up to ~28 s of it
+_PCM_TAGS = (0x0001, 0x0003, 0xFFFE)  # integer, float, extensible: fixed bytes per frame
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +56,8 @@ class WavLayout:
     bits: int
     block_align: int
     data_bytes: int | None  # None: unknown (streaming header or RF64)
+    tag: int = 1  # format tag: 1 integer PCM, 3 float, 0xFFFE extensible, others coded
+    available_bytes: int = 0  # bytes in the file after the data chunk header
 
     @property
     def frames(self) -> int | None:
@@ -51,19 +65,51 @@ class WavLayout:
             return None
         return self.data_bytes // self.block_align
 
+    @property
+    def seconds(self) -> float | None:
+        """Duration from the header alone; None for coded formats (no fixed frame size)."""
+        if self.tag not in _PCM_TAGS or self.block_align == 0:
+            return None
+        data = self.data_bytes if self.data_bytes is not None else self.available_bytes
+        return data // self.block_align / self.sample_rate
+
 
 def load_wav(path: str | Path) -> np.ndarray:
     """Read a WAV file as float32 mono 16 kHz samples in [-1, 1].
 
     Raises ``AudioFileError`` (one line, naming the file) for anything unusable: missing,
-    a directory, not a WAV, truncated, empty, or undecodable.
+    a directory, not a WAV, truncated, empty, undecodable, or outside the limits above.
     """
     layout = check_wav_header(path)
     log.debug("%s: %s", path, layout)
+    check_limits(path, layout)
     audio = _decode(path)
     if audio.size == 0:
         raise AudioFileError(path, "empty (0 samples)")
+    # Coded formats have no duration in the header: check what was decoded instead.
+    _check_seconds(path, audio.size / SAMPLE_RATE)
     return audio
+
+
+def check_limits(path: str | Path, layout: WavLayout) -> None:
+    """Refuse, in one line, what the header shows to be outside what a turn may be."""
+    if not MIN_RATE <= layout.sample_rate <= MAX_RATE:
+        raise AudioFileError(path, f"sample rate {layout.sample_rate} Hz is outside "
+                             f"{MIN_RATE}-{MAX_RATE} Hz (a broken header, or resample it: "
+                             "sox in.wav -r 16000 out.wav)")
+    if layout.channels > MAX_CHANNELS:
+        raise AudioFileError(path, f"{layout.channels} channels; only mono or stereo is "
+                             "accepted (stereo is mixed down). Pick the voice channel: "
+                             "sox in.wav out.wav remix 1")
+    if layout.seconds is not None:
+        _check_seconds(path, layout.seconds)
+
+
+def _check_seconds(path: str | Path, seconds: float) -> None:
+    if seconds > MAX_SECONDS:
+        raise AudioFileError(path, f"{seconds:.1f} s of audio; one turn may be at most "
+                             f"{MAX_SECONDS:.0f} s (cut out the question: "
+                             f"sox in.wav out.wav trim START {MAX_SECONDS:.0f})")
 
 
 def check_wav_header(path: str | Path) -> WavLayout:
@@ -97,7 +143,7 @@ def _parse_riff(path: str | Path, f: BinaryIO, size: int) -> WavLayout:
 
 def _walk_chunks(path: str | Path, f: BinaryIO, size: int, *, rf64: bool) -> WavLayout:
     """Find ``fmt `` then ``data``; other chunks (LIST, fact, ...) are skipped."""
-    fmt: tuple[int, int, int, int] | None = None
+    fmt: tuple[int, int, int, int, int] | None = None
     pos = 12
     while pos + 8 <= size:
         f.seek(pos)
@@ -117,7 +163,7 @@ def _walk_chunks(path: str | Path, f: BinaryIO, size: int, *, rf64: bool) -> Wav
 
 
 def _read_fmt(path: str | Path, f: BinaryIO, chunk_size: int,
-              available: int) -> tuple[int, int, int, int]:
+              available: int) -> tuple[int, int, int, int, int]:
     if chunk_size < 16 or available < 16:
         raise AudioFileError(path, f"truncated (fmt chunk is {min(chunk_size, available)} "
                                    "of 16 bytes)")
@@ -125,19 +171,19 @@ def _read_fmt(path: str | Path, f: BinaryIO, chunk_size: int,
     if channels == 0 or rate == 0:
         raise AudioFileError(path, f"invalid WAV format ({channels} channels at {rate} Hz)")
     log.debug("%s: WAV format tag %#x", path, tag)  # PCM, float, extensible...: PyAV decides
-    return channels, rate, bits, block_align
+    return channels, rate, bits, block_align, tag
 
 
-def _layout(path: str | Path, fmt: tuple[int, int, int, int], declared: int,
+def _layout(path: str | Path, fmt: tuple[int, int, int, int, int], declared: int,
             available: int, *, rf64: bool) -> WavLayout:
-    channels, rate, bits, block_align = fmt
+    channels, rate, bits, block_align, tag = fmt
     # RF64 keeps the real size in its ds64 chunk; a streaming header never got patched.
     # In both cases the file length is the only truth, so let the decoder read to the end.
     data_bytes: int | None = None if rf64 or declared == _STREAMING_SIZE else declared
     if data_bytes is not None and data_bytes > available:
         raise AudioFileError(path, f"truncated (data chunk declares {data_bytes} bytes, "
                                    f"file has {available})")
-    layout = WavLayout(channels, rate, bits, block_align, data_bytes)
+    layout = WavLayout(channels, rate, bits, block_align, data_bytes, tag, available)
     if layout.frames == 0 or (data_bytes is None and available == 0):
         raise AudioFileError(path, "empty (0 samples)")
     return layout

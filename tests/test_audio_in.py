@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.audio_in import SAMPLE_RATE, AudioFileError, load_wav
+from pipeline.audio_in import (
+    MAX_RATE,
+    MAX_SECONDS,
+    MIN_RATE,
+    SAMPLE_RATE,
+    AudioFileError,
+    load_wav,
+)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 TONE_HZ = 440.0
@@ -161,3 +168,59 @@ def test_shipped_samples_are_16k_mono_questions() -> None:
         audio = load_wav(SAMPLES / name)
         assert 2.0 <= audio.size / SAMPLE_RATE <= 4.5
         assert float(np.abs(audio[: SAMPLE_RATE // 10]).max()) < 0.01  # padded silence
+
+
+# --- limits: refused from the header, before anything is decoded ----------------------
+def no_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(path: object) -> np.ndarray:
+        raise AssertionError("decoded a file the header already rules out")
+
+    monkeypatch.setattr("pipeline.audio_in._decode", refuse)
+
+
+@pytest.mark.parametrize("rate", [1, 4000, 7999, 192001, 384000])
+def test_sample_rate_outside_8_to_192_khz_is_refused(tmp_path: Path, rate: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    no_decode(monkeypatch)
+    path = bad(tmp_path, f"r{rate}.wav", riff(b"\0\0" * 4000, rate=rate, channels=1, bits=16))
+    message = one_line_error(path)
+    assert f"sample rate {rate} Hz is outside {MIN_RATE}-{MAX_RATE} Hz" in message
+
+
+@pytest.mark.parametrize("rate", [MIN_RATE, MAX_RATE])
+def test_the_rate_limits_themselves_are_accepted(tmp_path: Path, rate: int) -> None:
+    path = tmp_path / f"edge{rate}.wav"
+    stdlib_wav(path, tone(rate), rate=rate, channels=1, bits=16)
+    assert_tone(load_wav(path))
+
+
+@pytest.mark.parametrize("channels", [3, 6])
+def test_more_than_two_channels_is_refused(tmp_path: Path, channels: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    no_decode(monkeypatch)
+    path = tmp_path / f"ch{channels}.wav"
+    stdlib_wav(path, interleave(tone(16000), channels), rate=16000, channels=channels,
+               bits=16)
+    message = one_line_error(path)
+    assert f"{channels} channels; only mono or stereo" in message
+
+
+def long_wav(seconds: float, *, streaming: bool = False) -> bytes:
+    # 8 kHz 8-bit: a minute is only 480 kB
+    data = b"\x80" * int(8000 * seconds)
+    return riff(data, rate=8000, channels=1, bits=8,
+                declared=0xFFFFFFFF if streaming else None)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_turn_longer_than_the_limit_is_refused_from_the_header(
+        tmp_path: Path, streaming: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    no_decode(monkeypatch)
+    path = bad(tmp_path, "long.wav", long_wav(MAX_SECONDS + 1, streaming=streaming))
+    message = one_line_error(path)
+    assert f"{MAX_SECONDS + 1:.1f} s of audio; one turn may be at most" in message
+
+
+def test_a_turn_at_the_limit_is_accepted(tmp_path: Path) -> None:
+    path = bad(tmp_path, "limit.wav", long_wav(MAX_SECONDS))
+    assert load_wav(path).size == pytest.approx(MAX_SECONDS * SAMPLE_RATE, rel=0.01)
