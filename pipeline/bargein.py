@@ -24,13 +24,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from pipeline.events import Event
+from pipeline.events import Event, EventName
 
 if TYPE_CHECKING:
     from pipeline.audio_out import AudioSink
     from pipeline.mic import Gate, MicBlock, SegmentEvent, UtteranceEnd, UtteranceSegmenter
 
 log = logging.getLogger(__name__)
+
+
+_SILENT = (EventName.PLAYBACK_END, EventName.PLAYBACK_STOPPED, EventName.TURN_END)
 
 
 class Interruptible(Protocol):
@@ -46,12 +49,12 @@ class BargeIn:
 
     def on_event(self, ev: Event) -> None:
         """Event listener: follows the turn so sources know when the assistant speaks."""
-        if ev.name == "turn.start":
+        if ev.name == EventName.TURN_START:
             self._playback_started.clear()
-        elif ev.name == "playback.start":
+        elif ev.name == EventName.PLAYBACK_START:
             self._playback_started.set()
             self.speaking = True
-        elif ev.name in ("playback.end", "playback.stopped", "turn.end"):
+        elif ev.name in _SILENT:
             self.speaking = False
 
     def trigger(self, source: str) -> bool:

@@ -9,18 +9,45 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-STAGES = ("asr", "llm", "splitter", "tts", "playback", "bargein", "server", "turn")
+
+class EventName(StrEnum):
+    """The closed vocabulary of timing events, ``<stage>.<event>`` (docs/contracts.md has
+    each one's data). Members are strings, so the JSON and the page see the same names."""
+
+    TURN_START = "turn.start"
+    ASR_START = "asr.start"
+    ASR_END = "asr.end"
+    LLM_REQUEST = "llm.request"
+    LLM_FIRST_CHUNK = "llm.first_chunk"
+    LLM_FIRST_TOKEN = "llm.first_token"
+    SENTENCE = "splitter.sentence"
+    LLM_END = "llm.end"
+    LLM_CLOSED = "llm.closed"
+    TTS_START = "tts.start"
+    TTS_END = "tts.end"
+    PLAYBACK_START = "playback.start"
+    PLAYBACK_END = "playback.end"
+    BARGEIN = "bargein.detected"
+    PLAYBACK_STOPPED = "playback.stopped"
+    SLOT_IDLE = "server.slot_idle"
+    TURN_ERROR = "turn.error"
+    TURN_END = "turn.end"
+
+    @property
+    def stage(self) -> str:
+        return self.value.split(".", 1)[0]
 
 
 @dataclass(frozen=True)
 class Event:
     turn: int
     t: float
-    name: str  # "<stage>.<event>", e.g. "llm.first_token"
+    name: EventName
     data: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -59,11 +86,13 @@ class EventRecorder:
         """Turn-relative time of an absolute ``time.monotonic()`` reading."""
         return monotonic - self.t0
 
-    def emit(self, name: str, *, at: float | None = None, **data: Any) -> Event:
+    def emit(self, name: EventName, *, at: float | None = None, **data: Any) -> Event:
         """Record ``name``; ``at`` is an absolute monotonic time when the moment was
         measured elsewhere (e.g. the LLM client's own chunk timestamps)."""
-        if name.split(".", 1)[0] not in STAGES or "." not in name:
-            raise ValueError(f"unknown event name {name!r}")
+        try:
+            name = EventName(name)
+        except ValueError:
+            raise ValueError(f"unknown event name {name!r}") from None
         t = self.now() if at is None else self.at(at)
         ev = Event(self.turn, t, name, data)
         self.events.append(ev)
@@ -71,11 +100,31 @@ class EventRecorder:
             listener(ev)
         return ev
 
-    def first(self, name: str) -> Event | None:
-        return next((e for e in self.events if e.name == name), None)
+    def first(self, name: EventName) -> Event | None:
+        return first(self.events, name)
 
-    def last(self, name: str) -> Event | None:
-        return next((e for e in reversed(self.events) if e.name == name), None)
 
-    def all(self, name: str) -> list[Event]:
-        return [e for e in self.events if e.name == name]
+# -- reading a turn's log (metrics, timelines) -------------------------------------------
+def first(events: Sequence[Event], name: EventName, **match: Any) -> Event | None:
+    """The first ``name`` event whose data has the ``match`` values."""
+    return next((e for e in events if _is(e, name, match)), None)
+
+
+def last(events: Sequence[Event], name: EventName, **match: Any) -> Event | None:
+    return next((e for e in reversed(events) if _is(e, name, match)), None)
+
+
+def times(events: Sequence[Event], name: EventName) -> list[float]:
+    return [e.t for e in events if e.name == name]
+
+
+def indexed_spans(events: Sequence[Event], start: EventName,
+                  end: EventName) -> list[tuple[float, float]]:
+    """(start, end) times of per-sentence work, paired by ``index`` (TTS), in end order."""
+    starts = {e.data.get("index"): e.t for e in events if e.name == start}
+    return [(starts[e.data.get("index")], e.t) for e in events
+            if e.name == end and e.data.get("index") in starts]
+
+
+def _is(e: Event, name: EventName, match: dict[str, Any]) -> bool:
+    return e.name == name and all(e.data.get(k) == v for k, v in match.items())

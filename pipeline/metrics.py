@@ -1,4 +1,4 @@
-"""Per-turn metrics, derived from the event log only (names in docs/contracts.md).
+"""Per-turn metrics (``TurnMetrics``), derived from the event log only (docs/contracts.md).
 
 Times in the log are seconds since the end of the user's audio; metrics are ms.
 ``first_sentence_ms`` runs from the LLM request to the first released sentence, so the
@@ -12,23 +12,56 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from pipeline.events import Event
-
-METRIC_NAMES = (
-    "mode", "asr_ms", "ttft_ms", "prefill_ms", "prompt_n", "cache_n", "first_sentence_ms",
-    "tts_first_ms", "first_audio_ms", "turn_ms", "overhead_ms", "reply_sentences",
-    "reply_chars", "interrupted",
-)
+from pipeline.events import Event, EventName, first, indexed_spans, last
 
 
-def _t(events: Sequence[Event], name: str, last: bool = False, **match: Any) -> float | None:
-    found = [e for e in events if e.name == name
-             and all(e.data.get(k) == v for k, v in match.items())]
-    if not found:
-        return None
-    return (found[-1] if last else found[0]).t
+@dataclass(frozen=True)
+class TurnMetrics:
+    """One turn's numbers (docs/contracts.md); ``None`` where a stage did not happen."""
+
+    mode: str
+    asr_ms: float | None = None
+    ttft_ms: float | None = None
+    prefill_ms: float | None = None  # the server's prompt_ms
+    prompt_n: int | None = None
+    cache_n: int | None = None
+    first_sentence_ms: float | None = None
+    tts_first_ms: float | None = None
+    first_audio_ms: float | None = None
+    turn_ms: float | None = None
+    overhead_ms: float | None = None
+    reply_sentences: int = 0
+    reply_chars: int = 0
+    interrupted: bool = False
+    bargein_to_silence_ms: float | None = None
+    bargein_to_llm_closed_ms: float | None = None
+    bargein_to_slot_idle_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (turn.end, replay/compare records, the web): barge-in latencies
+        only in interrupted turns."""
+        d = asdict(self)
+        if not self.interrupted:
+            for key in _BARGEIN_KEYS:
+                del d[key]
+        return d
+
+
+_BARGEIN_KEYS = ("bargein_to_silence_ms", "bargein_to_llm_closed_ms",
+                 "bargein_to_slot_idle_ms")
+
+
+def _t(events: Sequence[Event], name: EventName, **match: Any) -> float | None:
+    e = first(events, name, **match)
+    return None if e is None else e.t
+
+
+def _t_last(events: Sequence[Event], name: EventName) -> float | None:
+    e = last(events, name)
+    return None if e is None else e.t
 
 
 def _ms(a: float | None, b: float | None) -> float | None:
@@ -36,63 +69,52 @@ def _ms(a: float | None, b: float | None) -> float | None:
 
 
 def _tts_total_ms(events: Sequence[Event]) -> float | None:
-    starts = {e.data["index"]: e.t for e in events if e.name == "tts.start"}
-    ends = {e.data["index"]: e.t for e in events if e.name == "tts.end"}
-    spans = [ends[i] - starts[i] for i in ends if i in starts]
-    return round(sum(spans) * 1000.0, 1) if spans else None
+    spans = indexed_spans(events, EventName.TTS_START, EventName.TTS_END)
+    return round(sum(b - a for a, b in spans) * 1000.0, 1) if spans else None
 
 
-def turn_metrics(events: Sequence[Event], mode: str) -> dict[str, Any]:
-    request = _t(events, "llm.request")
-    end = next((e for e in events if e.name == "llm.end"), None)
+def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
+    request = _t(events, EventName.LLM_REQUEST)
+    end = first(events, EventName.LLM_END)
     timings: dict[str, Any] = dict(end.data.get("timings") or {}) if end else {}
-    sentences = [e for e in events if e.name == "splitter.sentence"]
-    m: dict[str, Any] = {
-        "mode": mode,
-        "asr_ms": _ms(_t(events, "asr.start"), _t(events, "asr.end")),
-        "ttft_ms": _ms(request, _t(events, "llm.first_token")),
-        "prefill_ms": round(timings["prompt_ms"], 1) if "prompt_ms" in timings else None,
-        "prompt_n": timings.get("prompt_n"),
-        "cache_n": timings.get("cache_n"),
-        "first_sentence_ms": _ms(request, sentences[0].t if sentences else None),
-        "tts_first_ms": _ms(_t(events, "tts.start", index=0), _t(events, "tts.end", index=0)),
-        "first_audio_ms": _ms(0.0, _t(events, "playback.start")),
-        "turn_ms": _ms(0.0, _t(events, "playback.end", last=True)
-                       or _t(events, "playback.stopped", last=True)),
-        "reply_sentences": len(sentences),
-        "reply_chars": sum(len(e.data.get("text", "")) for e in sentences),
-        "interrupted": any(e.name == "bargein.detected" for e in events),
-    }
-    m["overhead_ms"] = _overhead_ms(events, m, mode, request)
-    m.update(_bargein_metrics(events))
-    return m
-
-
-def _overhead_ms(events: Sequence[Event], m: dict[str, Any], mode: str,
-                 request: float | None) -> float | None:
-    if m["first_audio_ms"] is None or m["asr_ms"] is None or request is None:
-        return None
-    if mode == "serial":
-        llm_ms = _ms(request, _t(events, "llm.end"))
-        tts_ms = _tts_total_ms(events)
+    sentences = [e for e in events if e.name == EventName.SENTENCE]
+    asr_ms = _ms(_t(events, EventName.ASR_START), _t(events, EventName.ASR_END))
+    first_sentence_ms = _ms(request, sentences[0].t if sentences else None)
+    tts_first_ms = _ms(_t(events, EventName.TTS_START, index=0),
+                       _t(events, EventName.TTS_END, index=0))
+    first_audio_ms = _ms(0.0, _t(events, EventName.PLAYBACK_START))
+    played_to = (_t_last(events, EventName.PLAYBACK_END)
+                 or _t_last(events, EventName.PLAYBACK_STOPPED))
+    detected = _t(events, EventName.BARGEIN)
+    if mode == "serial":  # the whole reply and all of its speech are on the critical path
+        llm_ms, tts_ms = _ms(request, _t(events, EventName.LLM_END)), _tts_total_ms(events)
     else:
-        llm_ms, tts_ms = m["first_sentence_ms"], m["tts_first_ms"]
-    if llm_ms is None or tts_ms is None:
-        return None
-    return round(float(m["first_audio_ms"]) - float(m["asr_ms"]) - llm_ms - tts_ms, 1)
-
-
-def _bargein_metrics(events: Sequence[Event]) -> dict[str, Any]:
-    detected = _t(events, "bargein.detected")
-    if detected is None:
-        return {}
-    return {
-        "bargein_to_silence_ms": _ms(detected, _t(events, "playback.stopped")),
+        llm_ms, tts_ms = first_sentence_ms, tts_first_ms
+    return TurnMetrics(
+        mode=mode, asr_ms=asr_ms,
+        ttft_ms=_ms(request, _t(events, EventName.LLM_FIRST_TOKEN)),
+        prefill_ms=round(timings["prompt_ms"], 1) if "prompt_ms" in timings else None,
+        prompt_n=timings.get("prompt_n"), cache_n=timings.get("cache_n"),
+        first_sentence_ms=first_sentence_ms, tts_first_ms=tts_first_ms,
+        first_audio_ms=first_audio_ms, turn_ms=_ms(0.0, played_to),
+        overhead_ms=_overhead_ms(first_audio_ms, asr_ms, llm_ms, tts_ms, request),
+        reply_sentences=len(sentences),
+        reply_chars=sum(len(e.data.get("text", "")) for e in sentences),
+        interrupted=detected is not None,
+        bargein_to_silence_ms=_ms(detected, _t(events, EventName.PLAYBACK_STOPPED)),
         # Only a hang-up caused by the barge-in counts: a stream already closed by
         # max_sentences had nothing left to close (None, not a negative time).
-        "bargein_to_llm_closed_ms": _ms(detected, _t(events, "llm.closed", reason="bargein")),
-        "bargein_to_slot_idle_ms": _ms(detected, _t(events, "server.slot_idle")),
-    }
+        bargein_to_llm_closed_ms=_ms(detected,
+                                     _t(events, EventName.LLM_CLOSED, reason="bargein")),
+        bargein_to_slot_idle_ms=_ms(detected, _t(events, EventName.SLOT_IDLE)))
+
+
+def _overhead_ms(first_audio_ms: float | None, asr_ms: float | None, llm_ms: float | None,
+                 tts_ms: float | None, request: float | None) -> float | None:
+    if (first_audio_ms is None or asr_ms is None or request is None or llm_ms is None
+            or tts_ms is None):
+        return None
+    return round(first_audio_ms - asr_ms - llm_ms - tts_ms, 1)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -28,7 +28,7 @@ import numpy as np
 
 from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation, Message
-from pipeline.events import Event, EventRecorder, Listener
+from pipeline.events import Event, EventName, EventRecorder, Listener
 from pipeline.heard import HeardText
 from pipeline.llm_client import (
     ChatOptions,
@@ -40,7 +40,7 @@ from pipeline.llm_client import (
     RoleChunk,
     TokenDelta,
 )
-from pipeline.metrics import turn_metrics
+from pipeline.metrics import TurnMetrics, turn_metrics
 from pipeline.splitter import SentenceSplitter, SpeechChunker
 from pipeline.tasks import TaskSet
 from pipeline.tts import speakable
@@ -88,7 +88,16 @@ class TurnResult:
     interrupted: bool = False
     error: str | None = None
     events: list[Event] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: TurnMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = TurnMetrics(self.mode)
+
+    def record(self, file: str, run: int = 1) -> dict[str, Any]:
+        """The per-turn record of ``replay --json`` and ``compare.json`` (docs/contracts.md)."""
+        return {**self.metrics.to_dict(), "file": file, "run": run,
+                "transcript": self.transcript, "reply": self.reply, "heard": self.heard,
+                "error": self.error}
 
 
 class TurnRunner:
@@ -156,7 +165,7 @@ class _Turn:
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
         result = TurnResult(self.rec.turn, self.mode)
-        self.rec.emit("turn.start", mode=self.mode)
+        self.rec.emit(EventName.TURN_START, mode=self.mode)
         try:
             result.transcript = await self.transcribe(audio, text)
             sent = self.r.conversation.messages_for(result.transcript, self.volatile())
@@ -168,13 +177,13 @@ class _Turn:
             self.r.conversation.commit(sent, kept)
         except (TurnError, LlmError) as e:
             result.error = str(e)
-            self.rec.emit("turn.error", message=result.error)
+            self.rec.emit(EventName.TURN_ERROR, message=result.error)
         finally:
             await self.tasks.cancel_all()
             if self.stream is not None:
                 await self.stream.aclose()
         result.metrics = turn_metrics(self.rec.events, self.mode)
-        self.rec.emit("turn.end", metrics=result.metrics)
+        self.rec.emit(EventName.TURN_END, metrics=result.metrics.to_dict())
         result.events = list(self.rec.events)
         return result
 
@@ -186,13 +195,13 @@ class _Turn:
             return text
         if audio is None or self.r.asr is None:
             raise TurnError("no audio and no text for this turn")
-        self.rec.emit("asr.start", audio_s=round(len(audio) / 16000, 3))
+        self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / 16000, 3))
         try:
             transcript = (await asyncio.to_thread(self.r.asr.transcribe, audio)).strip()
         except Exception as e:  # a model failure ends this turn, not the conversation
             log.exception("ASR failed")
             raise TurnError(f"speech recognition failed: {e}") from e
-        self.rec.emit("asr.end", text=transcript)
+        self.rec.emit(EventName.ASR_END, text=transcript)
         if not transcript:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         return transcript
@@ -233,7 +242,7 @@ class _Turn:
                 self.stream = stream
                 async for ev in stream:
                     if isinstance(ev, ResponseStarted):  # request_at is set on send
-                        self.rec.emit("llm.request", at=stream.request_at)
+                        self.rec.emit(EventName.LLM_REQUEST, at=stream.request_at)
                     self.on_stream_event(ev, chunker, held)
                     if chunker.done:  # enough sentences: hang up so the server stops
                         break
@@ -241,9 +250,9 @@ class _Turn:
                     self.release(sentence, held)
             self.stream = None
             if self.finished_llm is None:
-                self.rec.emit("llm.closed", at=stream.closed_at, reason="max_sentences")
+                self.rec.emit(EventName.LLM_CLOSED, at=stream.closed_at, reason="max_sentences")
                 # timings_per_token: the last chunk read still tells prompt_n/cache_n
-                self.rec.emit("llm.end", finish_reason="max_sentences",
+                self.rec.emit(EventName.LLM_END, finish_reason="max_sentences",
                               timings=stream.last_timings)
         finally:
             for item in held:
@@ -253,21 +262,21 @@ class _Turn:
     def on_stream_event(self, ev: object, chunker: SpeechChunker,
                         held: list[tuple[int, str]]) -> None:
         if isinstance(ev, RoleChunk):
-            self.rec.emit("llm.first_chunk", at=ev.t)
+            self.rec.emit(EventName.LLM_FIRST_CHUNK, at=ev.t)
         elif isinstance(ev, TokenDelta):
             if not self.heard.raw:  # deltas are never empty: this is the first token
-                self.rec.emit("llm.first_token", at=ev.t)
+                self.rec.emit(EventName.LLM_FIRST_TOKEN, at=ev.t)
             self.heard.add_raw(ev.text)
             for sentence in chunker.feed(ev.text):
                 self.release(sentence, held)
         elif isinstance(ev, Finished):
             self.finished_llm = ev
-            self.rec.emit("llm.end", at=ev.t, finish_reason=ev.finish_reason,
+            self.rec.emit(EventName.LLM_END, at=ev.t, finish_reason=ev.finish_reason,
                           timings=ev.timings)
 
     def release(self, sentence: str, held: list[tuple[int, str]]) -> None:
         index = self.heard.add_sentence(sentence)
-        self.rec.emit("splitter.sentence", index=index, text=sentence)
+        self.rec.emit(EventName.SENTENCE, index=index, text=sentence)
         if self.mode == "streamed":
             self.text_q.put_nowait((index, sentence))
         else:
@@ -278,10 +287,10 @@ class _Turn:
         try:
             while (item := await self.text_q.get()) is not _END:
                 index, sentence = item
-                self.rec.emit("tts.start", index=index)
+                self.rec.emit(EventName.TTS_START, index=index)
                 audio = await asyncio.to_thread(self.synthesize, speakable(sentence))
                 self.heard.set_audio(index, len(audio))
-                self.rec.emit("tts.end", index=index,
+                self.rec.emit(EventName.TTS_END, index=index,
                               audio_s=round(len(audio) / self.r.tts.sample_rate, 3))
                 if self.mode == "streamed":
                     self.audio_q.put_nowait((index, audio))
@@ -307,27 +316,27 @@ class _Turn:
             if len(audio) == 0:
                 continue
             if not started:
-                self.rec.emit("playback.start", index=index)
+                self.rec.emit(EventName.PLAYBACK_START, index=index)
                 started = True
             self.playing = True
             played = await self.r.sink.play(audio)
             self.playing = False
             self.heard.set_played(index, played)
             if self.interrupted.is_set():
-                self.rec.emit("playback.stopped", index=index, played_samples=played)
+                self.rec.emit(EventName.PLAYBACK_STOPPED, index=index, played_samples=played)
                 return
         if started:
-            self.rec.emit("playback.end")
+            self.rec.emit(EventName.PLAYBACK_END)
 
     # -- barge-in -------------------------------------------------------------------
     def interrupt(self, source: str) -> None:
         if self.interrupted.is_set():
             return
-        self.rec.emit("bargein.detected", source=source, playing=self.playing)
+        self.rec.emit(EventName.BARGEIN, source=source, playing=self.playing)
         self.interrupted.set()
         self.r.sink.stop()  # silence first: the user is talking
         if not self.playing:
-            self.rec.emit("playback.stopped", index=None, played_samples=0)
+            self.rec.emit(EventName.PLAYBACK_STOPPED, index=None, played_samples=0)
         self.tasks.cancel("tts")
         abort = getattr(self.r.tts, "abort", None)  # Piper can stop mid-sentence
         if abort is not None and self.tts_thread is not None:
@@ -341,10 +350,11 @@ class _Turn:
         self.tasks.cancel("llm")
         if stream is not None:
             await stream.aclose()
-            self.rec.emit("llm.closed", at=stream.closed_at or time.monotonic(),
+            self.rec.emit(EventName.LLM_CLOSED, at=stream.closed_at or time.monotonic(),
                           reason="bargein")
             if self.finished_llm is None:  # timings_per_token: cache_n/prompt_n so far
-                self.rec.emit("llm.end", finish_reason="bargein", timings=stream.last_timings)
+                self.rec.emit(EventName.LLM_END, finish_reason="bargein",
+                              timings=stream.last_timings)
 
     async def confirm_slot_idle(self) -> None:
         """Poll /slots until no slot is processing: proof that the server stopped."""
@@ -353,11 +363,11 @@ class _Turn:
             try:
                 slots = await self.r.llm.get_json("/slots")
             except LlmError as e:
-                self.rec.emit("server.slot_idle", confirmed=False, reason=str(e))
+                self.rec.emit(EventName.SLOT_IDLE, confirmed=False, reason=str(e))
                 return
             if not any(s.get("is_processing") for s in slots):
-                self.rec.emit("server.slot_idle", confirmed=True)
+                self.rec.emit(EventName.SLOT_IDLE, confirmed=True)
                 return
             await asyncio.sleep(0.005)
-        self.rec.emit("server.slot_idle", confirmed=False,
+        self.rec.emit(EventName.SLOT_IDLE, confirmed=False,
                       reason=f"slot still busy after {self.cfg.slot_idle_timeout:.1f} s")

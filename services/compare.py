@@ -89,9 +89,7 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
                     for wav, samples in audio.items():
                         progress.update(bar, description=f"run {run_no} {mode:8} {wav.name}")
                         result = await runner.run(samples)
-                        turns.append({**result.metrics, "file": str(wav), "run": run_no,
-                                      "transcript": result.transcript, "reply": result.reply,
-                                      "error": result.error})
+                        turns.append(result.record(str(wav), run_no))
                         events[(mode, run_no, str(wav))] = result.events
                         progress.advance(bar)
     finally:

@@ -181,6 +181,5 @@ def _report(result: Any, file: str, turns: list[dict[str, Any]]) -> int:
         print(f"  assistant: {said.strip()}" + ("  [interrupted]" if result.interrupted
                                                 else ""))
     print("\n".join(render(result.events, result.metrics)))
-    turns.append({**result.metrics, "file": file, "run": 1, "transcript": result.transcript,
-                  "reply": result.reply, "heard": result.heard, "error": result.error})
+    turns.append(result.record(file))
     return 1 if result.error else 0

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from pipeline.events import EventName
 from services.errors import UserError
 from services.replay import add_turn_options, assistant_for
 
@@ -88,6 +89,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(e)) from None
 
 
+# What the status line says once the turn reaches an event.
+_STATUS_OF = {EventName.TURN_START: "thinking", EventName.PLAYBACK_START: "speaking",
+              EventName.BARGEIN: "interrupted"}
+
+
 class Status:
     """The live one-line status: rewritten in place on a terminal, one line per change
     otherwise (so a log or a test can follow it)."""
@@ -115,12 +121,9 @@ class Status:
         self.state = ""
 
     def on_event(self, ev: Event) -> None:
-        if ev.name == "turn.start":
-            self.set("thinking")
-        elif ev.name == "playback.start":
-            self.set("speaking")
-        elif ev.name == "bargein.detected":
-            self.set("interrupted")
+        state = _STATUS_OF.get(ev.name)
+        if state is not None:
+            self.set(state)
 
     def on_segment(self, ev: SegmentEvent, busy: bool) -> None:
         from pipeline.mic import SpeechStart, UtteranceEnd

@@ -3,39 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pipeline.events import Event
+from pipeline.events import Event, EventName, first, indexed_spans, times
+
+if TYPE_CHECKING:
+    from pipeline.metrics import TurnMetrics
 
 Span = tuple[float, float]
 
 
 def stage_spans(events: Sequence[Event]) -> dict[str, list[Span]]:
     """Busy intervals per stage (seconds since turn start), for bars and plots."""
-    def first(name: str) -> float | None:
-        return next((e.t for e in events if e.name == name), None)
+    return {"asr": _span(events, EventName.ASR_START, EventName.ASR_END),
+            # a hang-up ends the LLM's work before the (synthesised) llm.end
+            "llm": _span(events, EventName.LLM_REQUEST, EventName.LLM_CLOSED,
+                         EventName.LLM_END),
+            "tts": indexed_spans(events, EventName.TTS_START, EventName.TTS_END),
+            "playback": _span(events, EventName.PLAYBACK_START, EventName.PLAYBACK_END,
+                              EventName.PLAYBACK_STOPPED)}
 
-    spans: dict[str, list[Span]] = {"asr": [], "llm": [], "tts": [], "playback": []}
-    if (a := first("asr.start")) is not None and (b := first("asr.end")) is not None:
-        spans["asr"].append((a, b))
-    llm_end = first("llm.closed") or first("llm.end")
-    if (r := first("llm.request")) is not None and llm_end is not None:
-        spans["llm"].append((r, llm_end))
-    starts = {e.data.get("index"): e.t for e in events if e.name == "tts.start"}
-    for e in events:
-        if e.name == "tts.end" and e.data.get("index") in starts:
-            spans["tts"].append((starts[e.data["index"]], e.t))
-    p_end = first("playback.end") or first("playback.stopped")
-    if (p := first("playback.start")) is not None and p_end is not None:
-        spans["playback"].append((p, p_end))
-    return spans
+
+def _span(events: Sequence[Event], start: EventName, *ends: EventName) -> list[Span]:
+    """[(start, the first of ``ends`` that happened)], or [] if either is missing."""
+    a = first(events, start)
+    found = [e for e in (first(events, end) for end in ends) if e is not None]
+    return [(a.t, found[0].t)] if a is not None and found else []
 
 
 def marks(events: Sequence[Event]) -> dict[str, list[float]]:
     return {
-        "first token": [e.t for e in events if e.name == "llm.first_token"][:1],
-        "sentence": [e.t for e in events if e.name == "splitter.sentence"],
-        "barge-in": [e.t for e in events if e.name == "bargein.detected"],
+        "first token": times(events, EventName.LLM_FIRST_TOKEN)[:1],
+        "sentence": times(events, EventName.SENTENCE),
+        "barge-in": times(events, EventName.BARGEIN),
     }
 
 
@@ -47,7 +47,7 @@ def work_end(spans: dict[str, list[Span]]) -> float | None:
                default=None)
 
 
-def render(events: Sequence[Event], metrics: dict[str, Any], width: int = 60) -> list[str]:
+def render(events: Sequence[Event], metrics: TurnMetrics, width: int = 60) -> list[str]:
     spans = stage_spans(events)
     marked = marks(events)
     end = max([work_end(spans) or 0.0, *(t for ts in marked.values() for t in ts),
@@ -78,17 +78,16 @@ def render(events: Sequence[Event], metrics: dict[str, Any], width: int = 60) ->
     return lines
 
 
-def summary_line(m: dict[str, Any]) -> str:
-    def f(key: str) -> str:
-        v = m.get(key)
+def summary_line(m: TurnMetrics) -> str:
+    def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
-    parts = [f"first audio {f('first_audio_ms')} ms", f"asr {f('asr_ms')}",
-             f"ttft {f('ttft_ms')}", f"1st sentence {f('first_sentence_ms')}",
-             f"tts1 {f('tts_first_ms')}", f"overhead {f('overhead_ms')}",
-             f"cache {m.get('cache_n', '-')}/{m.get('prompt_n', '-')} tok"]
-    if m.get("interrupted"):
-        parts.append(f"barge-in: silence {f('bargein_to_silence_ms')} / closed "
-                     f"{f('bargein_to_llm_closed_ms')} / slot idle "
-                     f"{f('bargein_to_slot_idle_ms')} ms")
+    parts = [f"first audio {f(m.first_audio_ms)} ms", f"asr {f(m.asr_ms)}",
+             f"ttft {f(m.ttft_ms)}", f"1st sentence {f(m.first_sentence_ms)}",
+             f"tts1 {f(m.tts_first_ms)}", f"overhead {f(m.overhead_ms)}",
+             f"cache {m.cache_n}/{m.prompt_n} tok"]
+    if m.interrupted:
+        parts.append(f"barge-in: silence {f(m.bargein_to_silence_ms)} / closed "
+                     f"{f(m.bargein_to_llm_closed_ms)} / slot idle "
+                     f"{f(m.bargein_to_slot_idle_ms)} ms")
     return " · ".join(parts)

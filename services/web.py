@@ -194,7 +194,8 @@ async def api_turn(request: web.Request) -> web.Response:
         result = await api.runner.run(audio, t0=t0, mode=mode)
         audio_s = (api.sink.samples - before) / state.assistant.tts.sample_rate
     body = {"transcript": result.transcript, "reply": result.reply,
-            "error": result.error, "audio_s": round(audio_s, 3), "metrics": result.metrics}
+            "error": result.error, "audio_s": round(audio_s, 3),
+            "metrics": result.metrics.to_dict()}
     # No transcript: the user's audio held nothing usable; otherwise a backend stage failed.
     status = 200 if result.error is None else (422 if not result.transcript else 502)
     return web.json_response(body, status=status)

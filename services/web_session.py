@@ -37,7 +37,7 @@ import numpy as np
 from pipeline.audio_in import SAMPLE_RATE, AudioFileError, load_wav
 from pipeline.bargein import BargeIn
 from pipeline.conversation import Conversation
-from pipeline.events import Event
+from pipeline.events import Event, EventName
 from pipeline.tasks import TaskSet
 from services.timeline import marks, stage_spans
 from services.ws_sink import Outbox, WebSocketSink
@@ -263,10 +263,10 @@ class BrowserSession:
     # -- outgoing ---------------------------------------------------------------------
     def on_event(self, ev: Event) -> None:
         self.outbox.json({"type": "event", "event": ev.to_dict()})
-        if ev.name == "asr.end":
+        if ev.name == EventName.ASR_END:
             self.outbox.json({"type": "transcript", "turn": ev.turn,
                               "text": ev.data.get("text", "")})
-        elif ev.name == "splitter.sentence":
+        elif ev.name == EventName.SENTENCE:
             self.outbox.json({"type": "sentence", "turn": ev.turn,
                               "index": ev.data.get("index"), "text": ev.data.get("text")})
 
@@ -278,7 +278,7 @@ def result_message(result: TurnResult) -> dict[str, Any]:
     return {"type": "turn.result", "turn": result.turn, "mode": result.mode,
             "transcript": result.transcript, "reply": result.reply, "heard": result.heard,
             "interrupted": result.interrupted, "error": result.error,
-            "metrics": result.metrics,
+            "metrics": result.metrics.to_dict(),
             "timeline": {"end": round(end, 4),
                          "spans": {k: [[round(a, 4), round(b, 4)] for a, b in v]
                                    for k, v in spans.items()},

@@ -53,7 +53,7 @@ async def test_interrupted_turn_stops_the_server_and_keeps_what_was_heard(llama_
         await watcher
 
         assert first.error is None, first.error
-        assert first.interrupted and first.metrics["interrupted"] is True
+        assert first.interrupted and first.metrics.interrupted is True
         seen = names(first)
         barge = [n for n in seen if n in ("bargein.detected", "playback.stopped",
                                           "llm.closed", "server.slot_idle")]
@@ -73,8 +73,8 @@ async def test_interrupted_turn_stops_the_server_and_keeps_what_was_heard(llama_
             await asyncio.sleep(0.02)
         assert log.count("cancel task") > log_before
         m = first.metrics
-        print(f"\nbarge-in → silence {m['bargein_to_silence_ms']} ms, LLM closed "
-              f"{m['bargein_to_llm_closed_ms']} ms, slot idle {m['bargein_to_slot_idle_ms']} ms")
+        print(f"\nbarge-in → silence {m.bargein_to_silence_ms} ms, LLM closed "
+              f"{m.bargein_to_llm_closed_ms} ms, slot idle {m.bargein_to_slot_idle_ms} ms")
 
         # the history ends where playback stopped: a prefix of what was generated + mark
         kept = runner.conversation.history[-1]["content"]
@@ -87,7 +87,7 @@ async def test_interrupted_turn_stops_the_server_and_keeps_what_was_heard(llama_
         second = await runner.run(text="And who invented it?")
         assert second.error is None, second.error
         assert not second.interrupted
-        assert second.metrics["cache_n"] and second.metrics["cache_n"] > 0
-        print(f"follow-up turn: cache_n {second.metrics['cache_n']}, "
-              f"prompt_n {second.metrics['prompt_n']}")
+        assert second.metrics.cache_n and second.metrics.cache_n > 0
+        print(f"follow-up turn: cache_n {second.metrics.cache_n}, "
+              f"prompt_n {second.metrics.prompt_n}")
         await sink.close()

@@ -1,6 +1,8 @@
 """Metrics come from the event log alone."""
 
-from pipeline.events import Event, EventRecorder
+from pathlib import Path
+
+from pipeline.events import Event, EventName, EventRecorder
 from pipeline.metrics import percentile, summarize, turn_metrics
 
 
@@ -23,7 +25,7 @@ STREAMED = log(
 
 
 def test_streamed_metrics_from_events() -> None:
-    m = turn_metrics(STREAMED, "streamed")
+    m = turn_metrics(STREAMED, "streamed").to_dict()
     assert m["asr_ms"] == 1200.0
     assert m["ttft_ms"] == 50.0
     assert m["first_sentence_ms"] == 190.0
@@ -39,7 +41,7 @@ def test_streamed_metrics_from_events() -> None:
 def test_serial_overhead_counts_the_whole_reply_and_all_tts() -> None:
     events = [e for e in STREAMED if e.name != "playback.start"]
     events.append(Event(1, 1.95, "playback.start", {"index": 0}))
-    m = turn_metrics(events, "serial")
+    m = turn_metrics(events, "serial").to_dict()
     # 1950 - 1200 - (1710 - 1210) - (200 + 190)
     assert m["overhead_ms"] == 1950 - 1200 - 500 - 390
 
@@ -48,7 +50,7 @@ def test_bargein_latencies() -> None:
     events = [*STREAMED[:10], *log((2.0, "bargein.detected", {}), (2.01, "playback.stopped", {}),
                                    (2.012, "llm.closed", {"reason": "bargein"}),
                                    (2.05, "server.slot_idle", {}))]
-    m = turn_metrics(events, "streamed")
+    m = turn_metrics(events, "streamed").to_dict()
     assert m["interrupted"] is True
     assert m["bargein_to_silence_ms"] == 10.0
     assert m["bargein_to_llm_closed_ms"] == 12.0
@@ -58,7 +60,7 @@ def test_bargein_latencies() -> None:
 
 def test_missing_stages_give_none_not_errors() -> None:
     m = turn_metrics(log((0.0, "turn.start", {}), (0.1, "turn.error", {"message": "x"})),
-                     "streamed")
+                     "streamed").to_dict()
     assert m["first_audio_ms"] is None and m["overhead_ms"] is None
 
 
@@ -87,6 +89,11 @@ def test_bargein_after_the_stream_was_already_closed_has_no_close_latency() -> N
     events = [*STREAMED[:10], *log((1.9, "llm.closed", {"reason": "max_sentences"}),
                                    (2.0, "bargein.detected", {}),
                                    (2.01, "playback.stopped", {}))]
-    m = turn_metrics(events, "streamed")
+    m = turn_metrics(events, "streamed").to_dict()
     assert m["bargein_to_llm_closed_ms"] is None
     assert m["bargein_to_silence_ms"] == 10.0
+
+
+def test_every_event_name_is_in_the_contract() -> None:
+    contract = (Path(__file__).parent.parent / "docs" / "contracts.md").read_text()
+    assert all(f"| `{name}` |" in contract for name in EventName)

@@ -95,7 +95,8 @@ def test_compare_writes_the_report(llama_server, tmp_path: Path) -> None:
     report = json.loads((out / "compare.json").read_text())
     assert {t["mode"] for t in report["turns"]} == {"serial", "streamed"}
     for t in report["turns"]:
-        assert {"file", "run", "transcript", "reply", "first_audio_ms", "overhead_ms"} <= set(t)
+        assert {"file", "run", "transcript", "reply", "heard", "first_audio_ms",
+                "overhead_ms"} <= set(t)
     assert report["summary"]["first_audio_ratio"] is not None
     assert (out / "waterfall.png").stat().st_size > 1000
     assert "ratio" in proc.stdout

@@ -86,8 +86,8 @@ async def test_streamed_speaks_before_the_llm_finishes(slow_fake) -> None:
     result = await runner.run(AUDIO)
     assert result.error is None
     assert t_of(result, "playback.start") < t_of(result, "llm.end")
-    assert result.metrics["reply_sentences"] == 4
-    assert result.metrics["first_audio_ms"] < result.metrics["turn_ms"]
+    assert result.metrics.reply_sentences == 4
+    assert result.metrics.first_audio_ms < result.metrics.turn_ms
 
 
 async def test_serial_plays_only_after_the_whole_reply_and_all_tts(slow_fake) -> None:
@@ -97,7 +97,7 @@ async def test_serial_plays_only_after_the_whole_reply_and_all_tts(slow_fake) ->
     assert result.error is None
     last_tts = max(e.t for e in result.events if e.name == "tts.end")
     assert t_of(result, "playback.start") >= max(t_of(result, "llm.end"), last_tts)
-    assert result.metrics["mode"] == "serial"
+    assert result.metrics.mode == "serial"
 
 
 async def test_events_arrive_in_pipeline_order(slow_fake) -> None:
@@ -131,7 +131,7 @@ async def test_max_sentences_hangs_up_and_keeps_only_spoken_sentences(slow_fake)
     result = await runner.run(AUDIO)
     record = await fake.wait_disconnect()
     assert record.tokens_sent < len(tokens(*SENTENCES))
-    assert result.metrics["reply_sentences"] == 2
+    assert result.metrics.reply_sentences == 2
     assert result.reply == "".join(tokens(*SENTENCES[:2]))
     end = next(e for e in result.events if e.name == "llm.end")
     assert end.data["finish_reason"] == "max_sentences"
@@ -202,7 +202,7 @@ async def test_interrupt_silences_hangs_up_and_keeps_what_was_heard(slow_fake) -
     for name in ("bargein.detected", "playback.stopped", "llm.closed", "server.slot_idle"):
         assert name in seen, name
     assert seen.index("bargein.detected") < seen.index("playback.stopped")
-    assert result.interrupted and result.metrics["interrupted"] is True
+    assert result.interrupted and result.metrics.interrupted is True
     assert (await fake.wait_disconnect()).outcome == "client_gone"
     kept = runner.conversation.history[-1]["content"]
     assert kept.endswith(INTERRUPTED_MARK)

@@ -61,7 +61,7 @@ async def test_streamed_turns_real_parts(llama_server, real_models) -> None:
         for name in ("asr.end", "llm.request", "llm.first_token", "splitter.sentence",
                      "tts.end", "playback.start", "playback.end", "turn.end"):
             assert name in seen, name
-        if r.metrics["reply_sentences"] > 1:
+        if r.metrics.reply_sentences > 1:
             # Streamed: the first sentence is being spoken while the model still writes.
             # (Whether playback itself beats llm.end on the real server is a race that the
             # compare report measures; the fake-server test asserts it deterministically.)
@@ -69,8 +69,8 @@ async def test_streamed_turns_real_parts(llama_server, real_models) -> None:
             last_sentence = [e.t for e in r.events if e.name == "splitter.sentence"][-1]
             assert tts0 < last_sentence
     # Turn 2 reuses the KV prefix: system prompt + turn 1 as generated.
-    assert results[1].metrics["cache_n"] > 0
-    assert results[1].metrics["cache_n"] > results[1].metrics["prompt_n"]
+    assert results[1].metrics.cache_n > 0
+    assert results[1].metrics.cache_n > results[1].metrics.prompt_n
     assert len(runner.conversation.history) == 4
 
 
