@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from pipeline.audio_in import SAMPLE_RATE  # what Whisper expects; load_wav delivers it
 from pipeline.speech_gate import GateVerdict, SpeechEvidence, SpeechGate
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000  # what Whisper expects; pipeline.audio_in.load_wav delivers it
 FRAMES_PER_SECOND = 100  # mel frames (hop 160 samples)
 FULL_WINDOW_FRAMES = 3000  # Whisper's trained window: 30 s
 MAX_DECODE_TOKENS = 448  # Whisper's text context

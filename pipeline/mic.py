@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pipeline.audio_in import SAMPLE_RATE
 from pipeline.sound_device import (
     AudioDeviceError,
     close_stream,
@@ -36,7 +37,6 @@ from pipeline.sound_device import (
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
 WINDOW = 512  # Silero's window at 16 kHz
 _CONTEXT = 64  # samples of the previous window the v6 model sees in front of each one
 WINDOW_MS = WINDOW * 1000 / SAMPLE_RATE

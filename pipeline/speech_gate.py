@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.audio_in import SAMPLE_RATE
+
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16000
 WINDOW = 512  # Silero's window at 16 kHz (32 ms)
 WINDOW_MS = WINDOW * 1000 / SAMPLE_RATE
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pipeline.audio_in import SAMPLE_RATE
 from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation, Message
 from pipeline.events import Event, EventName, EventRecorder, Listener
@@ -195,7 +196,7 @@ class _Turn:
             return text
         if audio is None or self.r.asr is None:
             raise TurnError("no audio and no text for this turn")
-        self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / 16000, 3))
+        self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / SAMPLE_RATE, 3))
         try:
             transcript = (await asyncio.to_thread(self.r.asr.transcribe, audio)).strip()
         except Exception as e:  # a model failure ends this turn, not the conversation

@@ -13,10 +13,18 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.errors import UserError
-from services.replay import add_turn_options, assistant_for, turn_config
+from services.turn_options import add_turn_options, assistant_for, turn_config
+
+if TYPE_CHECKING:
+    from pipeline.audio_out import AudioSink
+    from pipeline.events import Event
+    from services.assistant import Assistant
+
+# Every turn's events, by (mode, run, file).
+TurnEvents = dict[tuple[str, int, str], list["Event"]]
 
 SHOWN = ("first_audio_ms", "asr_ms", "ttft_ms", "prefill_ms", "first_sentence_ms",
          "tts_first_ms", "overhead_ms", "turn_ms", "prompt_n", "cache_n", "reply_sentences")
@@ -76,7 +84,7 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
     sink = RealtimeNullSink()
     await sink.open(assistant.tts.sample_rate)
     turns: list[dict[str, Any]] = []
-    events: dict[tuple[str, int, str], Any] = {}
+    events: TurnEvents = {}
     try:
         await _warm_up(assistant, sink)
         with Progress(console=console, transient=True) as progress:
@@ -106,7 +114,7 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
     return 1 if errors else 0
 
 
-async def _warm_up(assistant: Any, sink: Any) -> None:
+async def _warm_up(assistant: Assistant, sink: AudioSink) -> None:
     """One unmeasured text turn, so no mode pays for a cold server or cold threads."""
     await assistant.runner(sink).run(text="Hello!")
 
@@ -143,7 +151,7 @@ def representative(turns: list[dict[str, Any]], mode: str) -> dict[str, Any] | N
     return min(mine, key=lambda t: abs(t["first_audio_ms"] - median))
 
 
-def write_report(out: Path, report: dict[str, Any], events: dict[Any, Any]) -> None:
+def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
     from services import waterfall
 
     out.mkdir(parents=True, exist_ok=True)

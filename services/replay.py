@@ -12,30 +12,36 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.heard import INTERRUPTED_MARK
-from pipeline.turn import TurnConfig
 from services.errors import UserError
+from services.turn_options import (
+    EventWriter,
+    add_events_option,
+    add_mode_option,
+    add_turn_options,
+    assistant_for,
+)
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from pipeline.audio_out import AudioSink
-    from services.assistant import Assistant
+    from pipeline.bargein import BargeIn
+    from pipeline.turn import TurnResult, TurnRunner
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("wavs", nargs="+", metavar="WAV",
                    help="user turns, in conversation order (any PCM WAV)")
-    p.add_argument("--mode", choices=("streamed", "serial"), default="streamed",
-                   help="streamed: speak from the first sentence; serial: whole reply, "
-                   "then all TTS, then play (default %(default)s)")
+    add_mode_option(p)
     p.add_argument("--interrupt-at", type=float, metavar="SEC",
                    help="barge in SEC seconds after each turn's playback starts")
     p.add_argument("--interrupt-wav", type=Path, metavar="FILE",
                    help="with --interrupt-at: what the user says when interrupting; it "
                    "becomes the next turn")
-    p.add_argument("--events", type=Path, metavar="FILE", help="write every timing event "
-                   "as JSON lines to FILE")
+    add_events_option(p)
     p.add_argument("--out-wav", type=Path, metavar="FILE",
                    help="also write the assistant's audio (what was played) to FILE")
     p.add_argument("--json", type=Path, metavar="FILE",
@@ -43,39 +49,6 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--play", action="store_true",
                    help="play through the sound card instead of the real-time null sink")
     add_turn_options(p)
-
-
-def add_turn_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", type=int, default=160, help="cap on generated tokens "
-                   "(default %(default)s)")
-    p.add_argument("--max-sentences", type=int, default=4, help="close the LLM stream after "
-                   "N sentences; 0 = no cap (default %(default)s)")
-    p.add_argument("--first-max-chars", type=int, default=TurnConfig.first_max_chars,
-                   metavar="N", help="soft cut: a first sentence longer than N characters "
-                   "is released at its latest clause mark (, ; : -) so speech starts sooner; "
-                   "0 = never cut (default %(default)s)")
-    p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
-    p.add_argument("--tts-threads", type=int, default=1, metavar="N",
-                   help="onnxruntime threads for Piper. In streamed mode Piper shares the 2 "
-                   "cores with llama-server still decoding; 1 thread measured fastest for "
-                   "the first sentence (README) (default %(default)s)")
-    p.add_argument("--asr-threads", type=int, default=2, metavar="N",
-                   help="CTranslate2 threads for Whisper (default %(default)s)")
-
-
-def turn_config(args: argparse.Namespace, mode: str) -> TurnConfig:
-    return TurnConfig(mode=mode, max_tokens=args.max_tokens,
-                      max_sentences=args.max_sentences or None,
-                      first_max_chars=args.first_max_chars or None)
-
-
-async def assistant_for(args: argparse.Namespace, mode: str = "streamed") -> Assistant:
-    """The assistant the turn options above ask for (replay, compare and talk share them)."""
-    from services.assistant import load_assistant
-
-    return await load_assistant(args.llm_url, language=args.language,
-                                asr_threads=args.asr_threads, tts_threads=args.tts_threads,
-                                config=turn_config(args, mode))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,13 +73,8 @@ def make_sink(play: bool, out_wav: Path | None) -> AudioSink:
 async def _replay(args: argparse.Namespace) -> int:
     from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.bargein import BargeIn
-    from pipeline.events import Event
-    events_file: IO[str] | None = args.events.open("w") if args.events else None
 
-    def write_event(ev: Event) -> None:
-        if events_file:
-            events_file.write(ev.to_json() + "\n")
-
+    write_event = EventWriter(args.events)
     assistant = await assistant_for(args, args.mode)
     sink = make_sink(args.play, args.out_wav)
     await sink.open(assistant.tts.sample_rate)
@@ -133,8 +101,7 @@ async def _replay(args: argparse.Namespace) -> int:
     finally:
         await sink.close()
         await assistant.close()
-        if events_file:
-            events_file.close()
+        write_event.close()
     if args.json:
         args.json.write_text(json.dumps(
             {"turns": turns, "history": runner.conversation.to_json()}, indent=2,
@@ -146,7 +113,7 @@ async def _replay(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-async def _load_interruption(path: Path | None) -> Any:
+async def _load_interruption(path: Path | None) -> np.ndarray | None:
     from pipeline.audio_in import AudioFileError, load_wav
 
     if path is None:
@@ -157,7 +124,8 @@ async def _load_interruption(path: Path | None) -> Any:
         raise UserError(f"--interrupt-wav {e}") from e
 
 
-async def _turn(runner: Any, bargein: Any, audio: Any, interrupt_at: float | None) -> Any:
+async def _turn(runner: TurnRunner, bargein: BargeIn, audio: np.ndarray,
+                interrupt_at: float | None) -> TurnResult:
     """One turn; with ``interrupt_at`` a scripted barge-in lands that long into playback."""
     watcher = (asyncio.create_task(bargein.scripted(interrupt_at))
                if interrupt_at is not None else None)
@@ -168,7 +136,7 @@ async def _turn(runner: Any, bargein: Any, audio: Any, interrupt_at: float | Non
             watcher.cancel()
 
 
-def _report(result: Any, file: str, turns: list[dict[str, Any]]) -> int:
+def _report(result: TurnResult, file: str, turns: list[dict[str, Any]]) -> int:
     """Print one turn (what was said, its timeline) and record it; 1 if it failed."""
     from services.timeline import render
 

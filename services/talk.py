@@ -17,15 +17,23 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
+from pipeline.audio_in import SAMPLE_RATE
 from pipeline.events import EventName
 from services.errors import UserError
-from services.replay import add_turn_options, assistant_for
+from services.turn_options import (
+    EventWriter,
+    add_events_option,
+    add_mode_option,
+    add_turn_options,
+    assistant_for,
+)
 
 if TYPE_CHECKING:
     from pipeline.events import Event
     from pipeline.mic import SegmentEvent, UtteranceEnd
+    from pipeline.turn import TurnRunner
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +45,8 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    "name from --list-devices (default: the system default)")
     p.add_argument("--output-device", metavar="Y", help="speakers: index or part of the "
                    "name (default: the system default)")
-    p.add_argument("--mode", choices=("streamed", "serial"), default="streamed",
-                   help="streamed: speak from the first sentence; serial: whole reply "
-                   "first (default %(default)s)")
-    p.add_argument("--events", type=Path, metavar="FILE",
-                   help="write every timing event as JSON lines to FILE")
+    add_mode_option(p)
+    add_events_option(p)
     p.add_argument("--headphones", action="store_true",
                    help="no echo guard: the microphone cannot hear the assistant, so any "
                    "speech over it barges in (see docs/talk.md)")
@@ -139,7 +144,6 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
     from pipeline.speaker import SoundDeviceSink
     from pipeline.tasks import TaskSet
-    from services.timeline import summary_line
 
     # Ctrl-C / SIGTERM cancel this task, so every `finally` below runs: the turn's LLM
     # stream closes, both audio streams stop, the history is saved. Installed explicitly:
@@ -150,13 +154,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
         if main is not None:
             loop.add_signal_handler(sig, main.cancel)
     status = Status()
-    events_file: IO[str] | None = args.events.open("w") if args.events else None
-
-    def write_event(ev: Event) -> None:
-        if events_file:
-            events_file.write(ev.to_json() + "\n")
-            events_file.flush()  # followed live (tail -f, tests)
-
+    write_event = EventWriter(args.events)
     assistant = await assistant_for(args, args.mode)
     sink = PlaybackTap(SoundDeviceSink(device_arg(args.output_device)))
     runner = assistant.runner(sink, listeners=[write_event, status.on_event])
@@ -184,13 +182,12 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
                   f"({args.mode}{', headphones' if args.headphones else ''}); Ctrl-C ends",
                   flush=True)
             status.set("listening")
-            await _conversation(runner, utterances, status, summary_line, watcher)
+            await _conversation(runner, utterances, status, watcher)
     finally:
         await tasks.cancel_all()
         await sink.close()
         await assistant.close()
-        if events_file:
-            events_file.close()
+        write_event.close()
         if args.save_history:
             args.save_history.write_text(json.dumps(runner.conversation.to_json(), indent=2,
                                                     ensure_ascii=False))
@@ -198,9 +195,11 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
     return 0
 
 
-async def _conversation(runner: Any, utterances: asyncio.Queue[tuple[UtteranceEnd, float]],
-                        status: Status, summary_line: Any,
-                        watcher: asyncio.Task[None]) -> None:
+async def _conversation(runner: TurnRunner,
+                        utterances: asyncio.Queue[tuple[UtteranceEnd, float]],
+                        status: Status, watcher: asyncio.Task[None]) -> None:
+    from services.timeline import summary_line
+
     while True:
         get = asyncio.ensure_future(utterances.get())
         # if the microphone task ends (device lost), the conversation ends with it
@@ -212,7 +211,7 @@ async def _conversation(runner: Any, utterances: asyncio.Queue[tuple[UtteranceEn
         utterance, detected_at = get.result()
         # t = 0 is when the end of the utterance was decided: the turn could not start
         # earlier; the end-of-speech silence before it is shown separately
-        wait_ms = (utterance.detected_sample - utterance.end_sample) / 16.0
+        wait_ms = (utterance.detected_sample - utterance.end_sample) * 1000 / SAMPLE_RATE
         result = await runner.run(utterance.audio, t0=detected_at)
         said = result.heard if result.interrupted else result.reply
         status.line(f"you: {result.transcript}")

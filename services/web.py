@@ -21,9 +21,10 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import BodyPartReader, web
 
@@ -58,7 +59,7 @@ class AppState:
     assistant: Assistant
     limits: Limits
     api: ApiConversation
-    sessions: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    sessions: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -116,7 +117,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-def _forget_session(state: AppState, session_id: str, task: asyncio.Task[Any]) -> None:
+def _forget_session(state: AppState, session_id: str, task: asyncio.Task[None]) -> None:
     state.sessions.pop(session_id, None)
     state.sockets.pop(session_id, None)
     if not task.cancelled() and (exc := task.exception()) is not None:
@@ -162,7 +163,8 @@ async def read_upload(request: web.Request, limit: int) -> tuple[bytes, str]:
     return await _read_limited(request.content.read, limit, too_big), "upload.wav"
 
 
-async def _read_limited(read: Any, limit: int, too_big: UploadError) -> bytes:
+async def _read_limited(read: Callable[[int], Awaitable[bytes]], limit: int,
+                        too_big: UploadError) -> bytes:
     data = bytearray()
     while chunk := await read(64 * 1024):
         data.extend(chunk)
