@@ -31,11 +31,20 @@ from __future__ import annotations
 
 import re
 
+from pipeline.splitter_data import ACRONYM_WORDS as _ACRONYM_WORDS
+from pipeline.splitter_data import (
+    ROMAN,
+    SPLIT_ABBREVIATION_WORDS,
+    TIME_ZONE_WORDS,
+    tables,
+)
+
 # Scanner states.
 _NORMAL = 0  # inside a sentence
 _TERMINAL = 1  # right after . ! ? … (and closers): the next character decides
 _WAIT = 2  # terminal + whitespace, but the period may be an abbreviation: wait for a char
 _CJK = 3  # after 。！？．: no space will come, the next non-closer character ends it
+_WORD = 4  # waiting end, a capitalised word follows: is it one that continues ("Oktober")?
 
 # What a terminal followed by whitespace means (see _classify).
 _DEFINITE = 0  # a boundary now
@@ -69,21 +78,16 @@ _CJK_CONTINUERS = frozenset("とっ、，")
 # Everything the NORMAL scanner must look at; other characters are just appended.
 _SPECIAL = re.compile(r"[\s.!?…‼⁇⁈⁉‽؟।॥。！？．｡«»]")
 
-TITLES = frozenset({
-    "mr", "mrs", "ms", "mx", "dr", "prof", "st", "mt", "vs", "sr", "sra", "srta",
-    "rev", "gen", "col", "capt", "lt", "sgt", "gov", "sen", "rep", "hon", "pres", "messrs",
-})
-NUMERIC_PREFIXES = frozenset({
-    "no", "nos", "fig", "figs", "vol", "vols", "ch", "chap", "pp", "para", "art", "eq",
-    "ref", "tel", "ext", "op", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-    "sept", "oct", "nov", "dec",
-})
-ABBREVIATIONS = frozenset({
-    "etc", "approx", "appt", "apt", "dept", "est", "inc", "ltd", "co", "corp", "jr",
-    "al", "cf", "viz", "ca", "ph.d", "min", "mins", "sec", "secs", "hr", "hrs",
-    "avg", "misc", "ft", "oz", "lb", "lbs", "kg", "km", "cm", "mm",
-})
+# The merged (language=None) lists, for reference and for the bench's decision points.
+_ALL = tables(None)
+TITLES = _ALL.titles
+NUMERIC_PREFIXES = _ALL.numeric_prefixes
+ABBREVIATIONS = _ALL.abbreviations | _ALL.acronyms
 _DOTTED = re.compile(r"(?:[^\W\d_]\.)+[^\W\d_]")  # U.S, e.g, a.m, U.S.A
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# Look-ahead words that only continue when their own period follows ("J. R.", "z. B.").
+_DOTTED_WORDS = frozenset({_LETTERS, *SPLIT_ABBREVIATION_WORDS.values()})
+_DOTTED_DATE = re.compile(r"\d{1,2}\.\d{1,2}")  # German "am 24.12. ist"
 _MAX_TOKEN = 64  # longer tokens (URLs) are never abbreviations
 
 
@@ -109,12 +113,29 @@ class SentenceSplitter:
     of pieces and only joined once, when it is released.
     """
 
-    def __init__(self, *, titles: frozenset[str] = TITLES,
-                 numeric_prefixes: frozenset[str] = NUMERIC_PREFIXES,
-                 abbreviations: frozenset[str] = ABBREVIATIONS) -> None:
-        self.titles = titles
-        self.numeric_prefixes = numeric_prefixes
-        self.abbreviations = abbreviations
+    def __init__(self, *, language: str | None = None, titles: frozenset[str] | None = None,
+                 numeric_prefixes: frozenset[str] | None = None,
+                 abbreviations: frozenset[str] | None = None) -> None:
+        """``language``: the reply's language (ISO 639-1, e.g. the ASR language) selects
+        its abbreviation lists on top of the English ones; None (the default) uses every
+        language's lists, for replies whose language is not known. ``titles`` etc.
+        replace a list."""
+        t = tables(language)
+        self.language = language
+        self.titles = t.titles if titles is None else titles
+        self.numeric_prefixes = t.numeric_prefixes if numeric_prefixes is None \
+            else numeric_prefixes
+        self.abbreviations = t.abbreviations if abbreviations is None else abbreviations
+        self.connectors = t.connectors
+        self.acronyms = t.acronyms
+        self.letter_nouns = t.letter_nouns
+        self.ordinal_leads = t.ordinal_leads
+        self.ordinal_words = t.ordinal_words
+        self.ordinals = t.ordinals
+        # Look-ahead words are matched as they arrive: a prefix that fits no word decides.
+        self._prefixes: dict[frozenset[str], frozenset[str]] = {}
+        for words in (t.ordinal_words, TIME_ZONE_WORDS, _ACRONYM_WORDS, *_DOTTED_WORDS):
+            self._prefixes[words] = frozenset(w[:k] for w in words for k in range(1, len(w)))
         self.reset()
 
     def reset(self) -> None:
@@ -129,6 +150,10 @@ class SentenceSplitter:
         self._closers = ""  # quotes/brackets after the run
         self._run_prev = ""  # the character before the run (CJK check)
         self._wait_kind = _DEFINITE
+        self._wait_words: frozenset[str] = frozenset()  # capitalised words that continue
+        self._wait_lw = ""  # the abbreviation being decided, lowercased
+        self._look = ""  # letters of the word after a waiting end (state _WORD)
+        self._ntok = 0  # words so far in this sentence
         self._cut = 0  # pending length at the candidate sentence end while waiting
         self._guillemets = 0  # open « in this sentence
         self._fw_decimal = False  # "３．" may become "３．５"
@@ -172,6 +197,10 @@ class SentenceSplitter:
                     i += 1  # "etc. **Next**": the emphasis does not decide, the letter does
                     continue
                 verdict = self._resolve(c)
+                if verdict == _WORD:
+                    self._state, self._look = _WORD, c
+                    i += 1
+                    continue
                 if verdict == _ENDS:
                     seg = self._emit_cut(chunk, seg, i, out)
                     continue  # c starts the next sentence; rescan it in _NORMAL
@@ -182,6 +211,22 @@ class SentenceSplitter:
                     i += 1
                     continue
                 self._state = state = _NORMAL
+            elif state == _WORD:
+                if c.isalpha():
+                    look = self._look + c
+                    if look in self._prefixes[self._wait_words] or (
+                            look in self._wait_words):
+                        self._look = look
+                        i += 1
+                        continue
+                    goes_on = False
+                else:
+                    goes_on = self._look_goes_on(c)  # "3. Oktober " / "p.m. EST," / "J. R."
+                look, self._look = self._look, ""
+                if not goes_on:
+                    seg = self._emit_cut(chunk, seg, i, out)
+                self._state = state = _NORMAL
+                self._add_tok(look)  # the word goes on in _NORMAL; rescan c there
             elif state == _TERMINAL:
                 if c in _TERMINALS:
                     self._run += c  # "?!", "..."
@@ -209,8 +254,10 @@ class SentenceSplitter:
                         self._state, self._wait_kind, self._cut = _WAIT, kind, pos
                     i += 1
                     continue
-                if _is_cjk(c) and self._run_prev and _is_cjk(self._run_prev):
+                if _is_cjk(c) and self._run_prev and _is_cjk(self._run_prev) and not (
+                        "…" in self._run or self._run.startswith("..")):
                     # "好.你" / "吗?我": CJK text written with ASCII marks has no spaces either.
+                    # An ellipsis there is a pause inside the sentence: "这个问题……其实".
                     seg = self._emit(chunk, seg, i, out)
                     continue
                 self._state = state = _NORMAL  # "3.5", "e.g", "example.com": not an end
@@ -266,7 +313,7 @@ class SentenceSplitter:
     def flush(self) -> list[str]:
         """The rest of the reply, even without final punctuation; then start afresh."""
         out: list[str] = []
-        if self._state == _WAIT:
+        if self._state == _WAIT or (self._state == _WORD and not self._look_goes_on("")):
             self._emit_cut("", 0, 0, out)  # keep "etc." and what followed apart
         text = "".join(self._parts).strip()
         if text:
@@ -276,30 +323,79 @@ class SentenceSplitter:
 
     # -- decisions -------------------------------------------------------------------
     def _classify(self) -> int:
-        """What the terminal run means now that whitespace follows it."""
+        """What the terminal run means now that whitespace follows it. Sets the look-ahead
+        words (``_wait_words``) for the waiting kinds."""
         run = self._run
         closers = self._closers.strip("*_")  # markdown emphasis does not hide "**1.**"
         word = self._word.lstrip(_OPENERS)
+        lw = word.lower()
+        self._wait_words, self._wait_lw = frozenset(), lw
         if any(ch in _STRONG for ch in run):
             kind = _DEFINITE
         elif len(run) > 1 or "…" in run:
             kind = _AMBIG  # "Well... maybe" goes on, "Wait... What?" does not
+        elif closers:
+            kind = _AMBIG if (lw in self.abbreviations or lw in self.connectors
+                              or _DOTTED.fullmatch(word)) else _DEFINITE  # "(etc.)"
         else:
-            lw = word.lower()
-            kind = _DEFINITE
-            if not closers and (lw in self.titles or (len(word) == 1 and word.isupper())):
-                kind = _NEVER  # "Dr. Smith", "J. K. Rowling": a title is never an end
-            elif not closers and word.isdecimal() and len(word) <= 3 and self._list_position():
-                kind = _NEVER  # "1. Drink water", "Steps: 2. Rinse"
-            elif not closers and lw in self.numeric_prefixes:
-                kind = _AMBIG_NUM
-            elif (lw in self.abbreviations or _DOTTED.fullmatch(word)
-                  or (len(word) == 1 and word.islower())):
-                kind = _AMBIG
+            kind = self._classify_word(word, lw)
         if kind == _DEFINITE and (self._guillemets > 0
                                   or any(ch in _HOLD_CLOSERS for ch in closers)):
             kind = _QUOTED  # 'He asked "Why?" and left.', "Sleep (eight hours!) too."
         return kind
+
+    def _classify_word(self, word: str, lw: str) -> int:
+        """A single period after ``word``, no closers."""
+        prev = (self._prev_tok or "").strip(_OPENERS).lower()
+        if lw == "st" and self._ntok > 1 and self._prev_tok and self._prev_tok[0].isupper():
+            return _AMBIG  # "Main St. The shop" is Street; "Visit St. Paul's" a title
+        if lw in self.titles or lw in self.connectors:
+            return _NEVER  # "Dr. Smith", "e.g. Python", "z.B. Äpfel": never an end
+        if len(word) == 1 and word.isupper():
+            if prev.rstrip(".") in self.letter_nouns or (word == "C" and prev in ("a.", "d.")):
+                # "vitamin D. It", "44 a. C. Su": a label, not an initial; but another
+                # initial continues: "The author is J. R. R. Tolkien".
+                self._wait_words = _LETTERS
+                return _AMBIG
+            return _NEVER  # "J. K. Rowling"
+        if word.isdecimal() and len(word) <= 3:
+            if self._list_position():
+                return _NEVER  # "1. Drink water", "Steps: 2. Rinse"
+            if self.ordinals:
+                if prev.strip("*_") in self.ordinal_leads:
+                    return _NEVER  # "am 3. Oktober", "im 19. Jahrhundert"
+                self._wait_words = self.ordinal_words  # "bis 15. März", "1. oder 2."
+                return _AMBIG
+            return _DEFINITE
+        if len(word) > 1 and word.isupper() and ROMAN.fullmatch(word):
+            return _NEVER if self._list_position() else _AMBIG  # "II. Methods", "Friedrich II."
+        if lw in self.numeric_prefixes:
+            return _AMBIG_NUM  # "p. 12", "Nr. 5"
+        if lw in ("a.m", "p.m"):
+            self._wait_words = TIME_ZONE_WORDS  # "3 p.m. EST on Friday"
+            return _AMBIG
+        if _DOTTED.fullmatch(word):
+            if word.isupper() and lw not in self.acronyms and len(word) <= 5:
+                return _NEVER  # "J.K. Rowling", "J.R.R. Tolkien": initials
+            if lw in self.acronyms:
+                self._wait_words = _ACRONYM_WORDS  # "the U.S. Army"
+            return _AMBIG
+        if lw in self.abbreviations:
+            return _AMBIG
+        if len(word) == 1 and word.islower():
+            self._wait_words = SPLIT_ABBREVIATION_WORDS.get(lw, frozenset())  # "z. B."
+            return _AMBIG
+        if self.ordinals and _DOTTED_DATE.fullmatch(word):
+            return _AMBIG  # "Am 24.12. ist", "bis zum 31.12. Danach"
+        return _DEFINITE
+
+    def _look_goes_on(self, c: str) -> bool:
+        """The word after a waiting end is complete (``c`` is not a letter): does it
+        continue the sentence? Letters that continue only as another abbreviation ("J. R.",
+        "z. B.", "a. C.") need their period."""
+        if self._look not in self._wait_words:
+            return False
+        return c == "." or self._wait_words not in _DOTTED_WORDS
 
     def _list_position(self) -> bool:
         prev = self._prev_tok
@@ -312,8 +408,12 @@ class SentenceSplitter:
             return _JOINS
         if c.islower() or c in _CONTINUERS:
             return _GOES_ON
-        if kind == _AMBIG_NUM and (c.isdigit() or c == "#"):
-            return _GOES_ON
+        if kind == _AMBIG_NUM and (c.isdigit() or c == "#" or (
+                c == "(" and self._wait_lw == "al")):
+            return _GOES_ON  # "No. 5", "et al. (2020)"
+        if self._wait_words and c.isalpha() and (
+                c in self._prefixes[self._wait_words] or c in self._wait_words):
+            return _WORD  # "3. O…": decided once the word stops fitting "Oktober"
         # Uppercase, digit, opening quote or bracket, a letter without case (CJK...), emoji.
         return _ENDS
 
@@ -325,12 +425,15 @@ class SentenceSplitter:
     def _end_tok(self) -> None:
         if self._tok.strip(_BULLETS):  # "-", "**", "#" are not words
             self._prev_tok = self._tok
+            self._ntok += 1
         self._tok = ""
 
     def _start_sentence(self) -> None:
         self._state = _NORMAL
         self._tok = ""
         self._prev_tok = None
+        self._ntok = 0
+        self._look = ""
         self._guillemets = 0
 
     def _emit(self, chunk: str, seg: int, i: int, out: list[str]) -> int:
@@ -355,7 +458,7 @@ class SentenceSplitter:
         return i
 
     def _end_line(self, chunk: str, seg: int, i: int, out: list[str]) -> None:
-        if self._state == _WAIT:
+        if self._state == _WAIT or (self._state == _WORD and not self._look_goes_on("\n")):
             self._emit_cut(chunk, seg, i, out)
             seg = i
         self._emit(chunk, seg, i, out)

@@ -148,12 +148,12 @@ HELDOUT: list[Case] = [
     Case("abbr-eg-comma", "spec: rule 2 (comma goes on)",
          "Some fruits, e.g., apples, are sweet. Others are sour.",
          ["Some fruits, e.g., apples, are sweet.", "Others are sour."]),
-    # spec: rule 2 says e.g. + uppercase ends the sentence. A listener would rather keep
-    # "e.g. Django or Flask" together, but the spec is explicit, so the expectation is the
-    # literal one (it costs a pause, not a wrong word).
-    Case("abbr-eg-upper", "spec: rule 2 (e.g. + uppercase ends, literal)",
+    # listener: issue 4's rule 2 ended e.g. before an uppercase letter, and this case first
+    # expected that literal split ("e.g." / "Django."). Issue 15 changed the rule to the
+    # listener's reading (e.g. never ends a sentence), so the expectation is now that.
+    Case("abbr-eg-upper", "listener: e.g. + capitalised name (issue 15)",
          "Try a framework, e.g. Django. It is batteries-included.",
-         ["Try a framework, e.g.", "Django.", "It is batteries-included."]),
+         ["Try a framework, e.g. Django.", "It is batteries-included."]),
     Case("abbr-ie", "spec: rule 2 i.e.",
          "Use the small model, i.e. the 1B one. It is faster.",
          ["Use the small model, i.e. the 1B one.", "It is faster."]),
