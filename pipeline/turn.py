@@ -39,16 +39,17 @@ from pipeline.llm_client import (
     LlmError,
     ResponseStarted,
     RoleChunk,
+    StreamEvent,
     TokenDelta,
 )
 from pipeline.metrics import TurnMetrics, turn_metrics
+from pipeline.outlet import Outlet
 from pipeline.splitter import SentenceSplitter, SpeechChunker
 from pipeline.tasks import TaskSet
 from pipeline.tts import speakable
 
 log = logging.getLogger(__name__)
 MODES = ("streamed", "serial")
-_END = None  # queue sentinel: the producer is done
 
 
 class Transcriber(Protocol):
@@ -59,6 +60,9 @@ class Synthesizer(Protocol):
     sample_rate: int
 
     def synthesize(self, text: str) -> np.ndarray: ...
+
+    def abort(self, thread_id: int | None = None) -> None:
+        """Stop the synthesis running in ``thread_id`` now (barge-in)."""
 
 
 class TurnError(Exception):
@@ -150,16 +154,17 @@ class TurnRunner:
 
 class _Turn:
     def __init__(self, runner: TurnRunner, rec: EventRecorder, mode: str) -> None:
-        self.r, self.rec, self.mode = runner, rec, mode
+        self.runner, self.rec, self.mode = runner, rec, mode
         self.cfg = runner.config
         self.tasks = TaskSet(f"turn{rec.turn}")
-        self.text_q: asyncio.Queue[tuple[int, str] | None] = asyncio.Queue()
-        self.audio_q: asyncio.Queue[tuple[int, np.ndarray] | None] = asyncio.Queue()
+        self.sentences: Outlet[tuple[int, str]] = Outlet(hold=mode == "serial")
+        self.audio: Outlet[tuple[int, np.ndarray]] = Outlet(hold=mode == "serial")
         self.heard = HeardText()
-        self.stream: ChatStream | None = None
+        self.stream: ChatStream | None = None  # set once, before the stages start
+        self.finished: Finished | None = None  # the server finished the reply
+        self.llm_ended = False  # llm.end is recorded
         self.playing = False
         self.interrupted: asyncio.Event = asyncio.Event()
-        self.finished_llm: Finished | None = None
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
 
@@ -169,13 +174,13 @@ class _Turn:
         self.rec.emit(EventName.TURN_START, mode=self.mode)
         try:
             result.transcript = await self.transcribe(audio, text)
-            sent = self.r.conversation.messages_for(result.transcript, self.volatile())
+            sent = self.runner.conversation.messages_for(result.transcript, self.volatile())
             await self.run_stages(sent)
-            result.reply = self.heard.reply(complete=self.finished_llm is not None)
+            result.reply = self.heard.reply(complete=self.finished is not None)
             result.interrupted = self.interrupted.is_set()
             result.heard = self.heard.heard_text() if result.interrupted else result.reply
             kept = self.heard.heard_raw() if result.interrupted else result.reply
-            self.r.conversation.commit(sent, kept)
+            self.runner.conversation.commit(sent, kept)
         except (TurnError, LlmError) as e:
             result.error = str(e)
             self.rec.emit(EventName.TURN_ERROR, message=result.error)
@@ -194,11 +199,12 @@ class _Turn:
     async def transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
         if text is not None:
             return text
-        if audio is None or self.r.asr is None:
+        asr = self.runner.asr
+        if audio is None or asr is None:
             raise TurnError("no audio and no text for this turn")
         self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / SAMPLE_RATE, 3))
         try:
-            transcript = (await asyncio.to_thread(self.r.asr.transcribe, audio)).strip()
+            transcript = (await asyncio.to_thread(asr.transcribe, audio)).strip()
         except Exception as e:  # a model failure ends this turn, not the conversation
             log.exception("ASR failed")
             raise TurnError(f"speech recognition failed: {e}") from e
@@ -208,7 +214,13 @@ class _Turn:
         return transcript
 
     async def run_stages(self, sent: list[Message]) -> None:
-        stages = [self.tasks.spawn("llm", self.llm_stage(sent)),
+        opts = ChatOptions(max_tokens=self.cfg.max_tokens, cache_prompt=True,
+                           temperature=self.cfg.temperature, seed=self.cfg.seed,
+                           extra={"timings_per_token": True})
+        # Created here, before any stage runs, so the llm stage and the hang-up share one
+        # stream that no task has to hand to the other.
+        self.stream = stream = self.runner.llm.stream_chat(sent, opts)
+        stages = [self.tasks.spawn("llm", self.llm_stage(stream)),
                   self.tasks.spawn("tts", self.tts_stage()),
                   self.tasks.spawn("playback", self.playback_stage())]
         # The first stage to fail ends the turn; the others are cancelled by run().
@@ -231,88 +243,85 @@ class _Turn:
             await self.confirm_slot_idle()
 
     # -- stages ---------------------------------------------------------------------
-    async def llm_stage(self, sent: list[Message]) -> None:
-        opts = ChatOptions(max_tokens=self.cfg.max_tokens, cache_prompt=True,
-                           temperature=self.cfg.temperature, seed=self.cfg.seed,
-                           extra={"timings_per_token": True})
+    async def llm_stage(self, stream: ChatStream) -> None:
         chunker = SpeechChunker(SentenceSplitter(), max_sentences=self.cfg.max_sentences,
                                 first_max_chars=self.cfg.first_max_chars)
-        held: list[tuple[int, str]] = []  # serial mode releases everything at the end
         try:
-            async with self.r.llm.stream_chat(sent, opts) as stream:
-                self.stream = stream
+            async with stream:
                 async for ev in stream:
-                    if isinstance(ev, ResponseStarted):  # request_at is set on send
-                        self.rec.emit(EventName.LLM_REQUEST, at=stream.request_at)
-                    self.on_stream_event(ev, chunker, held)
+                    self.on_stream_event(ev, stream, chunker)
                     if chunker.done:  # enough sentences: hang up so the server stops
                         break
                 for sentence in chunker.flush():
-                    self.release(sentence, held)
-            self.stream = None
-            if self.finished_llm is None:
-                self.rec.emit(EventName.LLM_CLOSED, at=stream.closed_at, reason="max_sentences")
-                # timings_per_token: the last chunk read still tells prompt_n/cache_n
-                self.rec.emit(EventName.LLM_END, finish_reason="max_sentences",
-                              timings=stream.last_timings)
+                    self.release(sentence)
+            if self.finished is None:
+                self.record_llm_end(stream, hung_up="max_sentences")
         finally:
-            for item in held:
-                self.text_q.put_nowait(item)
-            self.text_q.put_nowait(_END)
+            self.sentences.close()
 
-    def on_stream_event(self, ev: object, chunker: SpeechChunker,
-                        held: list[tuple[int, str]]) -> None:
-        if isinstance(ev, RoleChunk):
+    def on_stream_event(self, ev: StreamEvent, stream: ChatStream,
+                        chunker: SpeechChunker) -> None:
+        if isinstance(ev, ResponseStarted):  # request_at is set on send
+            self.rec.emit(EventName.LLM_REQUEST, at=stream.request_at)
+        elif isinstance(ev, RoleChunk):
             self.rec.emit(EventName.LLM_FIRST_CHUNK, at=ev.t)
         elif isinstance(ev, TokenDelta):
             if not self.heard.raw:  # deltas are never empty: this is the first token
                 self.rec.emit(EventName.LLM_FIRST_TOKEN, at=ev.t)
             self.heard.add_raw(ev.text)
             for sentence in chunker.feed(ev.text):
-                self.release(sentence, held)
+                self.release(sentence)
         elif isinstance(ev, Finished):
-            self.finished_llm = ev
-            self.rec.emit(EventName.LLM_END, at=ev.t, finish_reason=ev.finish_reason,
-                          timings=ev.timings)
+            self.finished = ev
+            self.record_llm_end(stream)
 
-    def release(self, sentence: str, held: list[tuple[int, str]]) -> None:
+    def record_llm_end(self, stream: ChatStream, hung_up: str | None = None) -> None:
+        """The one place that records how the LLM's reply ended: the server finished it
+        (``self.finished``), or we hung up (``hung_up``: max_sentences or bargein), and
+        then, with timings_per_token, the last chunk read still tells prompt_n / cache_n."""
+        if hung_up is not None:
+            self.rec.emit(EventName.LLM_CLOSED, at=stream.closed_at or time.monotonic(),
+                          reason=hung_up)
+        if self.llm_ended:
+            return
+        self.llm_ended = True
+        if self.finished is not None:
+            end = self.finished
+            self.rec.emit(EventName.LLM_END, at=end.t, finish_reason=end.finish_reason,
+                          timings=end.timings)
+        else:
+            self.rec.emit(EventName.LLM_END, finish_reason=hung_up,
+                          timings=stream.last_timings)
+
+    def release(self, sentence: str) -> None:
         index = self.heard.add_sentence(sentence)
         self.rec.emit(EventName.SENTENCE, index=index, text=sentence)
-        if self.mode == "streamed":
-            self.text_q.put_nowait((index, sentence))
-        else:
-            held.append((index, sentence))
+        self.sentences.put((index, sentence))
 
     async def tts_stage(self) -> None:
-        held: list[tuple[int, np.ndarray]] = []
         try:
-            while (item := await self.text_q.get()) is not _END:
+            while (item := await self.sentences.get()) is not None:
                 index, sentence = item
                 self.rec.emit(EventName.TTS_START, index=index)
                 audio = await asyncio.to_thread(self.synthesize, speakable(sentence))
                 self.heard.set_audio(index, len(audio))
                 self.rec.emit(EventName.TTS_END, index=index,
-                              audio_s=round(len(audio) / self.r.tts.sample_rate, 3))
-                if self.mode == "streamed":
-                    self.audio_q.put_nowait((index, audio))
-                else:
-                    held.append((index, audio))
+                              audio_s=round(len(audio) / self.runner.tts.sample_rate, 3))
+                self.audio.put((index, audio))
         finally:
-            for a in held:
-                self.audio_q.put_nowait(a)
-            self.audio_q.put_nowait(_END)
+            self.audio.close()
 
     def synthesize(self, text: str) -> np.ndarray:
         """Runs in a worker thread; remembers which, so barge-in can abort just this one."""
         self.tts_thread = threading.get_ident()
         try:
-            return self.r.tts.synthesize(text)
+            return self.runner.tts.synthesize(text)
         finally:
             self.tts_thread = None  # the pool thread may next work for another session
 
     async def playback_stage(self) -> None:
         started = False
-        while (item := await self.audio_q.get()) is not _END:
+        while (item := await self.audio.get()) is not None:
             index, audio = item
             if len(audio) == 0:
                 continue
@@ -320,7 +329,7 @@ class _Turn:
                 self.rec.emit(EventName.PLAYBACK_START, index=index)
                 started = True
             self.playing = True
-            played = await self.r.sink.play(audio)
+            played = await self.runner.sink.play(audio)
             self.playing = False
             self.heard.set_played(index, played)
             if self.interrupted.is_set():
@@ -335,34 +344,29 @@ class _Turn:
             return
         self.rec.emit(EventName.BARGEIN, source=source, playing=self.playing)
         self.interrupted.set()
-        self.r.sink.stop()  # silence first: the user is talking
+        self.runner.sink.stop()  # silence first: the user is talking
         if not self.playing:
             self.rec.emit(EventName.PLAYBACK_STOPPED, index=None, played_samples=0)
         self.tasks.cancel("tts")
-        abort = getattr(self.r.tts, "abort", None)  # Piper can stop mid-sentence
-        if abort is not None and self.tts_thread is not None:
-            abort(self.tts_thread)
+        if self.tts_thread is not None:  # Piper can stop mid-sentence
+            self.runner.tts.abort(self.tts_thread)
         if not self.playing:  # waiting for audio that will never come
             self.tasks.cancel("playback")
         self.hangup = self.tasks.spawn("hangup", self.hang_up())
 
     async def hang_up(self) -> None:
-        stream = self.stream
         self.tasks.cancel("llm")
-        if stream is not None:
+        stream = self.stream
+        if stream is not None and stream.closed_at is None:
             await stream.aclose()
-            self.rec.emit(EventName.LLM_CLOSED, at=stream.closed_at or time.monotonic(),
-                          reason="bargein")
-            if self.finished_llm is None:  # timings_per_token: cache_n/prompt_n so far
-                self.rec.emit(EventName.LLM_END, finish_reason="bargein",
-                              timings=stream.last_timings)
+            self.record_llm_end(stream, hung_up="bargein")
 
     async def confirm_slot_idle(self) -> None:
         """Poll /slots until no slot is processing: proof that the server stopped."""
         deadline = time.monotonic() + self.cfg.slot_idle_timeout
         while time.monotonic() < deadline:
             try:
-                slots = await self.r.llm.get_json("/slots")
+                slots = await self.runner.llm.get_json("/slots")
             except LlmError as e:
                 self.rec.emit(EventName.SLOT_IDLE, confirmed=False, reason=str(e))
                 return

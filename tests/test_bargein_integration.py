@@ -33,6 +33,9 @@ class SteadyTts:
     def synthesize(self, text: str) -> np.ndarray:
         return np.full(len(text) * RATE // 25, 1000, dtype=np.int16)
 
+    def abort(self, thread_id: int | None = None) -> None:
+        """Instant synthesis: nothing is ever running to abort."""
+
 
 def names(result: object) -> list[str]:
     return [e.name for e in result.events]  # type: ignore[attr-defined]

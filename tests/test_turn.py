@@ -53,6 +53,9 @@ class FakeTts:
         self.spoken.append(text)
         return np.ones(len(text) * RATE // 500, dtype=np.int16)
 
+    def abort(self, thread_id: int | None = None) -> None:
+        """Instant synthesis: nothing is ever running to abort."""
+
 
 AUDIO = np.zeros(RATE, dtype=np.float32)
 

@@ -60,6 +60,9 @@ class FakeTts:
         self.samples += n
         return np.full(n, 1000, dtype=np.int16)
 
+    def abort(self, thread_id: int | None = None) -> None:
+        """Instant synthesis: nothing is ever running to abort."""
+
 
 def wav_bytes(seconds: float = 0.5, rate: int = 16000) -> bytes:
     buf = io.BytesIO()
