@@ -57,6 +57,7 @@ from urllib.parse import urlsplit
 
 from services import models
 from services.errors import UserError
+from services.server_exit import describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +297,7 @@ class LlamaServer:
             while True:
                 code = proc.poll()
                 if code is not None:
-                    raise UserError(f"llama-server exited during start (code {code}); "
+                    raise UserError(f"{describe_exit(code, 'while loading')}; "
                                     f"last log lines: {self.log_tail()} [{self.log_path}]")
                 state = health(url, timeout=1.0)
                 if state == "ok":
@@ -355,6 +356,10 @@ class LlamaServer:
             self._wait_exit(pid, 5.0)
         self._forget()
         return pid
+
+    def returncode(self) -> int | None:
+        """How the server this object started ended (None: still running, or not ours)."""
+        return self._proc.poll() if self._proc is not None else None
 
     def _wait_exit(self, pid: int, timeout: float) -> bool:
         if self._proc is not None and self._proc.pid == pid:

@@ -46,7 +46,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLl
     server = LlamaServer(tmp_path_factory.mktemp("llama-server-state"))
     for attempt in range(3):
         # Another test run on this shared machine may grab the port between the probe and
-        # the server's bind; that shows up as "exited during start", so try another port.
+        # the server's bind; that shows up as "exited while loading", so try another port.
         options = ServerOptions(port=_free_port(), threads=2, parallel=1, ctx=4096)
         try:
             info = server.start(options, quiet=True)

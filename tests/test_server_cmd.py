@@ -54,11 +54,33 @@ FAKE_SERVER = textwrap.dedent('''\
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+        def do_POST(self):
+            # FAKE_COMPLETION: "ok" answers a completion, "sigill" dies like a build for
+            # another CPU does at its first matrix multiplication; unset: 501 (no such route).
+            mode = os.environ.get("FAKE_COMPLETION")
+            if mode == "sigill":
+                os.kill(os.getpid(), signal.SIGILL)
+            if mode != "ok":
+                self.send_error(501)
+                return
+            data = json.dumps({{"choices": [{{"message": {{"content": "Hello there."}}}}],
+                               "usage": {{"completion_tokens": 3}}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
         def log_message(self, *args):
             pass
     print("fake llama-server listening", flush=True)
     http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 ''')
+
+# Dies the way a llama-server built for another CPU dies (SIGILL at the first matmul).
+SIGILL_SERVER = textwrap.dedent("""\
+    #!/bin/sh
+    echo "llama threadpool init, n_threads = 2"
+    kill -ILL $$
+""")
 
 FAILING_SERVER = textwrap.dedent("""\
     #!/bin/sh
@@ -175,10 +197,106 @@ def test_server_exiting_during_start_shows_last_log_lines(run: Run, state: Path,
     failing = make_executable(tmp_path / "llama-server", FAILING_SERVER)
     code, _, err = run("up", "--server-bin", str(failing), "--model", str(model_file),
                        "--port", str(free_port()))
-    assert_one_line_error(code, err, "exited during start", "code 1",
+    assert_one_line_error(code, err, "exited while loading", "code 1",
                           "error: failed to load model", "load line 7", "load line 4")
     assert "load line 3" not in err  # only the tail
     assert not (state / "llama-server.pid").exists()
+
+
+def test_death_by_signal_is_named_with_what_to_do(run: Run, state: Path, tmp_path: Path,
+                                                   model_file: Path) -> None:
+    crashing = make_executable(tmp_path / "llama-server", SIGILL_SERVER)
+    code, _, err = run("up", "--server-bin", str(crashing), "--model", str(model_file),
+                       "--port", str(free_port()))
+    assert_one_line_error(code, err, "died with SIGILL (illegal instruction) while loading",
+                          "CPU instructions this machine cannot run",
+                          "scripts/setup --rebuild-server", "threadpool init")
+    assert "code -4" not in err
+    assert not (state / "llama-server.pid").exists()
+
+
+@pytest.mark.parametrize(("code", "needles"), [
+    (-signal.SIGILL, ("SIGILL (illegal instruction)", "--rebuild-server")),
+    (128 + signal.SIGILL, ("SIGILL (illegal instruction)",)),  # through a shell wrapper
+    (-signal.SIGKILL, ("SIGKILL", "out of memory")),
+    (-signal.SIGSEGV, ("SIGSEGV (segmentation fault)", "--rebuild-server")),
+    (-signal.SIGTERM, ("died with SIGTERM while loading",)),
+    (1, ("exited while loading (code 1)",)),
+])
+def test_describe_exit_words(code: int, needles: tuple[str, ...]) -> None:
+    from services.server_exit import describe_exit
+
+    line = describe_exit(code, "while loading")
+    assert "\n" not in line
+    for needle in needles:
+        assert needle in line
+
+
+# --- setup's proof: one real completion before "ready" -------------------------------------
+
+
+def test_proof_rejects_a_binary_that_cannot_answer_a_completion(fake_bin: Path,
+                                                                 model_file: Path) -> None:
+    from services.server_check import prove
+
+    with pytest.raises(UserError, match="answered a completion with HTTP 501"):
+        prove(fake_bin, model_file, timeout=10)
+
+
+def test_proof_names_a_death_during_the_completion(fake_bin: Path, model_file: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.server_check import prove
+
+    monkeypatch.setenv("FAKE_COMPLETION", "sigill")
+    with pytest.raises(UserError, match=r"died with SIGILL \(illegal instruction\) while "
+                       "answering a completion"):
+        prove(fake_bin, model_file, timeout=10)
+
+
+def test_proof_is_remembered_until_the_binary_changes(fake_bin: Path, model_file: Path,
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from services import server_check
+
+    monkeypatch.setenv("FAKE_COMPLETION", "ok")
+    monkeypatch.setenv("LLAMA_SERVER_BIN", str(fake_bin))
+    monkeypatch.setenv("VOICE_LLM_MODEL", str(model_file))
+    argv_file = tmp_path / "argv.json"
+    stamp = tmp_path / "proof.json"
+
+    assert server_check.main(["--stamp", str(stamp)]) == 0
+    assert "proven on this CPU" in capsys.readouterr().out
+    assert argv_file.exists() and stamp.exists()  # the binary really ran
+
+    argv_file.unlink()
+    assert server_check.main(["--stamp", str(stamp)]) == 0
+    assert "already proven" in capsys.readouterr().out
+    assert not argv_file.exists()  # nothing was started the second time
+
+    os.utime(fake_bin, ns=(time.time_ns(), time.time_ns() + 10**9))  # "a new build"
+    monkeypatch.setenv("FAKE_COMPLETION", "sigill")
+    assert server_check.main(["--stamp", str(stamp)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "SIGILL" in err
+
+
+def test_setup_refuses_a_server_bin_that_fails_its_proof(fake_bin: Path, model_file: Path,
+                                                         tmp_path: Path) -> None:
+    """scripts/setup itself: a LLAMA_SERVER_BIN that cannot answer stops it before "ready"."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv: run scripts/setup first")
+    env = {**os.environ, "LLAMA_SERVER_BIN": str(fake_bin), "VOICE_LLM_MODEL": str(model_file)}
+    env.pop("FAKE_COMPLETION", None)
+    done = subprocess.run(["bash", str(root / "scripts" / "setup")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "answered a completion with HTTP 501" in done.stderr
+    assert "LLAMA_SERVER_BIN" in done.stderr and "fix or unset it" in done.stderr
+    assert "ready:" not in done.stdout
 
 
 def test_start_timeout_kills_the_server(state: Path, fake_bin: Path, model_file: Path) -> None:
