@@ -15,14 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.heard import INTERRUPTED_MARK
+from services import turn_options
 from services.errors import UserError
-from services.turn_options import (
-    EventWriter,
-    add_events_option,
-    add_mode_option,
-    add_turn_options,
-    assistant_for,
-)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,20 +29,20 @@ if TYPE_CHECKING:
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("wavs", nargs="+", metavar="WAV",
                    help="user turns, in conversation order (any PCM WAV)")
-    add_mode_option(p)
+    turn_options.add_mode_option(p)
     p.add_argument("--interrupt-at", type=float, metavar="SEC",
                    help="barge in SEC seconds after each turn's playback starts")
     p.add_argument("--interrupt-wav", type=Path, metavar="FILE",
                    help="with --interrupt-at: what the user says when interrupting; it "
                    "becomes the next turn")
-    add_events_option(p)
+    turn_options.add_events_option(p)
     p.add_argument("--out-wav", type=Path, metavar="FILE",
                    help="also write the assistant's audio (what was played) to FILE")
     p.add_argument("--json", type=Path, metavar="FILE",
                    help="write per-turn metrics, transcripts and the history as JSON")
     p.add_argument("--play", action="store_true",
                    help="play through the sound card instead of the real-time null sink")
-    add_turn_options(p)
+    turn_options.add_turn_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,8 +68,8 @@ async def _replay(args: argparse.Namespace) -> int:
     from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.bargein import BargeIn
 
-    write_event = EventWriter(args.events)
-    assistant = await assistant_for(args, args.mode)
+    write_event = turn_options.EventWriter(args.events)
+    assistant = await turn_options.assistant_for(args, args.mode)
     sink = make_sink(args.play, args.out_wav)
     await sink.open(assistant.tts.sample_rate)
     runner = assistant.runner(sink, listeners=[write_event])

@@ -21,14 +21,8 @@ from typing import IO, TYPE_CHECKING
 
 from pipeline.audio_in import SAMPLE_RATE
 from pipeline.events import EventName
+from services import turn_options
 from services.errors import UserError
-from services.turn_options import (
-    EventWriter,
-    add_events_option,
-    add_mode_option,
-    add_turn_options,
-    assistant_for,
-)
 
 if TYPE_CHECKING:
     from pipeline.events import Event
@@ -45,8 +39,8 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    "name from --list-devices (default: the system default)")
     p.add_argument("--output-device", metavar="Y", help="speakers: index or part of the "
                    "name (default: the system default)")
-    add_mode_option(p)
-    add_events_option(p)
+    turn_options.add_mode_option(p)
+    turn_options.add_events_option(p)
     p.add_argument("--headphones", action="store_true",
                    help="no echo guard: the microphone cannot hear the assistant, so any "
                    "speech over it barges in (see docs/talk.md)")
@@ -57,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    "the echo guard adds 200 ms unless --headphones)")
     p.add_argument("--save-history", type=Path, metavar="FILE",
                    help="write the conversation history as JSON when the talk ends")
-    add_turn_options(p)
+    turn_options.add_turn_options(p)
 
 
 def device_arg(spec: str | None) -> str | int | None:
@@ -154,8 +148,8 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
         if main is not None:
             loop.add_signal_handler(sig, main.cancel)
     status = Status()
-    write_event = EventWriter(args.events)
-    assistant = await assistant_for(args, args.mode)
+    write_event = turn_options.EventWriter(args.events)
+    assistant = await turn_options.assistant_for(args, args.mode)
     sink = PlaybackTap(SoundDeviceSink(device_arg(args.output_device)))
     runner = assistant.runner(sink, listeners=[write_event, status.on_event])
     bargein = BargeIn(runner)
