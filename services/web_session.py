@@ -2,18 +2,23 @@
 
 Messages from the browser (JSON text frames unless noted)::
 
-    {"type": "audio.begin", "sample_rate": 16000}   start an utterance (int16 mono PCM)
+    {"type": "audio.begin", "sample_rate": 16000,   start an utterance (int16 mono PCM)
+     "input_id": "c1"}
     <binary>                                        PCM frames of the open utterance, or a
                                                     whole WAV file (starts with RIFF)
     {"type": "audio.end", "trailing_silence_ms": N} the user stopped: run the turn
     {"type": "audio.cancel"}                        drop the open utterance
     {"type": "interrupt"}                           barge-in (button or voice onset)
-    {"type": "text", "text": "..."}                 a typed turn (no ASR)
+    {"type": "text", "text": "...", "input_id": "c2"}  a typed turn (no ASR)
     {"type": "reset"}                               forget the history
 
-Messages to the browser: ``hello``, ``audio.format``, ``event`` (the docs/contracts.md event dict
-under ``"event"``), ``transcript``, ``sentence``, binary audio frames, ``audio.stop``,
-``turn.result`` and ``error`` (one line; the session goes on).
+``input_id`` (optional, a short string the page chooses) names the input: the server puts it
+in every ``event``, ``turn.result`` and ``error`` about that input, so the page maps
+errors and turns to what the user said without guessing.
+
+Messages to the browser: ``hello``, ``audio.format``, ``event`` (the event dict of
+docs/contracts.md under ``"event"``), ``transcript``, ``sentence``, binary audio frames,
+``audio.stop``, ``turn.result`` and ``error`` (one line; the session goes on).
 
 A new utterance while the assistant is still busy is a barge-in: it goes through
 ``BargeIn`` (the single decider), then the new turn runs once the old one has hung up.
@@ -61,6 +66,10 @@ class Limits:
 class ProtocolError(Exception):
     """A malformed or unexpected message: reported in one line, the session goes on."""
 
+    def __init__(self, message: str, input_id: str | None = None) -> None:
+        super().__init__(message)
+        self.input_id = input_id  # the input it is about, if any
+
 
 # --- audio decoding (shared with POST /api/turn) ---------------------------------------
 def decode_wav_bytes(data: bytes, name: str) -> np.ndarray:
@@ -97,6 +106,7 @@ def decode_pcm16(data: bytes, sample_rate: int) -> np.ndarray:
 class Utterance:
     sample_rate: int
     limit_bytes: int
+    input_id: str | None = None
     pcm: bytearray = field(default_factory=bytearray)
     overflowed: bool = False
 
@@ -109,6 +119,7 @@ class TurnInput:
     sample_rate: int = SAMPLE_RATE
     wav: bytes | None = None
     name: str = "utterance"
+    input_id: str | None = None
 
 
 class BrowserSession:
@@ -125,6 +136,7 @@ class BrowserSession:
         self.runner.listeners.append(self.bargein.on_event)
         self.inputs: asyncio.Queue[TurnInput] = asyncio.Queue()
         self.utterance: Utterance | None = None
+        self.input_id: str | None = None  # of the turn running now
         self.tasks = TaskSet(f"session-{session_id}")
 
     async def serve(self) -> None:
@@ -154,11 +166,11 @@ class BrowserSession:
         try:
             handle(data)
         except ProtocolError as e:
-            self.error(str(e))
+            self.error(str(e), e.input_id)
 
-    def error(self, message: str) -> None:
+    def error(self, message: str, input_id: str | None = None) -> None:
         log.info("session %s: %s", self.id, message)
-        self.outbox.json({"type": "error", "message": message})
+        self.outbox.json({"type": "error", "message": message, "input_id": input_id})
 
     # -- incoming ---------------------------------------------------------------------
     def on_text(self, raw: str) -> None:
@@ -181,7 +193,7 @@ class BrowserSession:
             raise ProtocolError(f"audio.begin: sample_rate must be an integer 8000-96000 Hz, "
                                 f"not {rate!r}")
         limit = int(self.limits.max_utterance_s * rate) * 2
-        self.utterance = Utterance(rate, limit)
+        self.utterance = Utterance(rate, limit, input_id(msg))
 
     def on_audio_end(self, msg: dict[str, Any]) -> None:
         t0 = time.monotonic()
@@ -191,8 +203,9 @@ class BrowserSession:
         if utt.overflowed:
             return  # already reported when it overflowed
         if not utt.pcm:
-            raise ProtocolError("audio.end: the utterance has no audio")
-        self.submit(TurnInput(t0, pcm=bytes(utt.pcm), sample_rate=utt.sample_rate))
+            raise ProtocolError("audio.end: the utterance has no audio", utt.input_id)
+        self.submit(TurnInput(t0, pcm=bytes(utt.pcm), sample_rate=utt.sample_rate,
+                              input_id=utt.input_id))
 
     def on_audio_cancel(self, msg: dict[str, Any]) -> None:
         self.utterance = None
@@ -201,12 +214,13 @@ class BrowserSession:
         self.bargein.trigger("browser")
 
     def on_typed(self, msg: dict[str, Any]) -> None:
-        text = msg.get("text")
+        text, given = msg.get("text"), input_id(msg)
         if not isinstance(text, str) or not text.strip():
-            raise ProtocolError("text: \"text\" must be a non-empty string")
+            raise ProtocolError("text: \"text\" must be a non-empty string", given)
         if len(text) > self.limits.max_text_chars:
-            raise ProtocolError(f"text: longer than {self.limits.max_text_chars} characters")
-        self.submit(TurnInput(time.monotonic(), text=text.strip()))
+            raise ProtocolError(f"text: longer than {self.limits.max_text_chars} characters",
+                                given)
+        self.submit(TurnInput(time.monotonic(), text=text.strip(), input_id=given))
 
     def on_reset(self, msg: dict[str, Any]) -> None:
         if self.runner.busy:
@@ -230,7 +244,7 @@ class BrowserSession:
             utt.overflowed = True
             utt.pcm.clear()
             raise ProtocolError(f"utterance longer than {self.limits.max_utterance_s:g} s: "
-                                "dropped")
+                                "dropped", utt.input_id)
         utt.pcm.extend(data)
 
     def submit(self, turn_input: TurnInput) -> None:
@@ -245,10 +259,12 @@ class BrowserSession:
             try:
                 await self.run_turn(turn_input)
             except AudioFileError as e:
-                self.error(str(e))
+                self.error(str(e), turn_input.input_id)
             except Exception as e:  # a bug in one turn must not end the conversation
                 log.exception("session %s: turn failed", self.id)
-                self.error(f"internal error: {type(e).__name__}: {e}")
+                self.error(f"internal error: {type(e).__name__}: {e}", turn_input.input_id)
+            finally:
+                self.input_id = None
 
     async def run_turn(self, turn_input: TurnInput) -> None:
         audio: np.ndarray | None = None
@@ -257,18 +273,27 @@ class BrowserSession:
         elif turn_input.pcm is not None:
             audio = await asyncio.to_thread(decode_pcm16, turn_input.pcm,
                                             turn_input.sample_rate)
+        self.input_id = turn_input.input_id
         result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0)
-        self.outbox.json(result_message(result))
+        self.outbox.json({**result_message(result), "input_id": turn_input.input_id})
 
     # -- outgoing ---------------------------------------------------------------------
     def on_event(self, ev: Event) -> None:
-        self.outbox.json({"type": "event", "event": ev.to_dict()})
+        self.outbox.json({"type": "event", "event": ev.to_dict(), "input_id": self.input_id})
         if ev.name == EventName.ASR_END:
             self.outbox.json({"type": "transcript", "turn": ev.turn,
                               "text": ev.data.get("text", "")})
         elif ev.name == EventName.SENTENCE:
             self.outbox.json({"type": "sentence", "turn": ev.turn,
                               "index": ev.data.get("index"), "text": ev.data.get("text")})
+
+
+def input_id(msg: dict[str, Any]) -> str | None:
+    """The page's name for this input (optional; echoed back, never interpreted)."""
+    value = msg.get("input_id")
+    if value is None or (isinstance(value, str) and 0 < len(value) <= 64):
+        return value
+    raise ProtocolError(f"{msg['type']}: \"input_id\" must be a string of 1-64 characters")
 
 
 def result_message(result: TurnResult) -> dict[str, Any]:

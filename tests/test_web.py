@@ -397,6 +397,23 @@ async def test_ws_utterance_over_the_limit_is_dropped_with_one_error(web_app: We
     await ws.close()
 
 
+async def test_ws_input_ids_name_the_turn_and_the_error(web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    for _ in range(3):  # 3 s > the 2 s limit of this app
+        await ws.send_bytes(b"\0\1" * 16000)
+    await ws.send_json({"type": "audio.end"})
+    await ws.send_json({"type": "text", "text": "after", "input_id": "c2"})
+    got = await receive_until(ws, is_result)
+    assert [e["input_id"] for e in got.of("error")] == ["c1"]
+    assert {m["input_id"] for m in got.of("event")} == {"c2"}
+    assert got.of("turn.result")[0]["input_id"] == "c2"
+    await ws.send_json({"type": "text", "text": "x", "input_id": 7})
+    got = await receive_until(ws, is_error)
+    assert got.of("error")[0]["message"].startswith("text: \"input_id\" must be a string")
+    await ws.close()
+
+
 async def test_ws_interrupt_stops_audio_hangs_up_and_keeps_what_was_heard(
         web_app: Web) -> None:
     web_app.tts.seconds = 1.0
