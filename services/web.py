@@ -223,7 +223,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from services.llama_server import port_in_use
+    from services.server_http import port_in_use
 
     if not 0 < args.port < 65536:
         raise UserError(f"--port must be 1-65535, not {args.port}")

@@ -16,9 +16,10 @@ import pytest
 
 from services.errors import UserError
 from services.lab import cli, prefill, report, tables
-from services.lab.context import describe_props, load_docs
+from services.lab.context import load_docs
 from services.lab.sentences import first_sentence, first_sentence_end
 from services.lab.stats import fit_line, median
+from services.server_http import ServerProps
 
 # --- least squares -------------------------------------------------------------------
 
@@ -200,9 +201,11 @@ def test_describe_props_takes_the_file_name() -> None:
     props = {"model_alias": "/m/SmolLM2.gguf", "model_path": "/m/SmolLM2.gguf",
              "default_generation_settings": {"n_ctx": 4096}, "build_info": "b1",
              "total_slots": 1}
-    assert describe_props(props)["model"] == "SmolLM2.gguf"
-    assert describe_props(props)["n_ctx"] == 4096
-    assert describe_props({})["model"] is None
+    assert ServerProps.parse(props).model == "SmolLM2.gguf"
+    assert ServerProps.parse(props).n_ctx == 4096
+    assert ServerProps.parse(props).total_slots == 1
+    assert ServerProps.parse({}).model is None
+    assert ServerProps.parse("not json").n_ctx is None
 
 
 def test_shipped_documents() -> None:

@@ -22,7 +22,8 @@ import pytest
 
 from services import cli, models
 from services.errors import UserError
-from services.llama_server import LlamaServer, ensure_server, server_log_path
+from services.find_server import ensure_server, server_log_path
+from services.llama_server import LlamaServer
 
 FAKE_SERVER = textwrap.dedent('''\
     #!{python}
@@ -448,7 +449,7 @@ def test_real_server_up_status_down(run: Run, state: Path) -> None:
 
 @pytest.mark.integration
 def test_llama_server_fixture_serves_the_bundled_model(llama_server: object) -> None:
-    from services.llama_server import probe
+    from services.server_http import probe
 
     url, log_path, pid = (getattr(llama_server, a) for a in ("url", "log_path", "pid"))
     status = probe(url)

@@ -120,17 +120,17 @@ async def _experiment(lab: Any, key: str, args: argparse.Namespace) -> dict[str,
 
 async def _find_or_start(url: str, server_log: Path | None, console: Any) -> Any:
     """The server under test, started (managed, detached) if nothing answers at ``url``."""
-    from services import llama_server
-    from services.lab.context import ServerInfo
+    from services import find_server
+    from services.lab.context import ServerUnderTest
 
     url = url.rstrip("/")
     was_running = await _answers(url)
-    await llama_server.ensure_server_async(url)
-    log_path = server_log or llama_server.server_log_path(url)
+    await find_server.ensure_server_async(url)
+    log_path = server_log or find_server.server_log_path(url)
     if not was_running:
         console.print(f"started the managed llama-server at {url}; it keeps running "
                       "(stop it with 'voice-llm down')")
-    return ServerInfo(url=url, log_path=log_path, started_by_lab=not was_running)
+    return ServerUnderTest(url=url, log_path=log_path, started_by_lab=not was_running)
 
 
 def _load() -> float | None:
@@ -143,6 +143,6 @@ def _load() -> float | None:
 async def _answers(url: str) -> bool:
     import asyncio
 
-    from services import llama_server
+    from services import server_http
 
-    return await asyncio.to_thread(llama_server.health, url) is not None
+    return await asyncio.to_thread(server_http.health, url) is not None

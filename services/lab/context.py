@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.llm_client import LlmClient
+from services.server_http import ServerProps
 
 DEFAULT_SEED = 42
 DOCS_DIR = Path(__file__).resolve().parents[2] / "samples" / "docs"
@@ -33,7 +34,7 @@ class SilentTracker:
 
 
 @dataclass
-class ServerInfo:
+class ServerUnderTest:
     """The llama-server under test. ``log_path`` is None when the lab did not start the
     server and was not told where its log is: then nothing is read from the log."""
 
@@ -44,28 +45,14 @@ class ServerInfo:
 
     def summary(self) -> dict[str, Any]:
         return {"url": self.url, "log_path": str(self.log_path) if self.log_path else None,
-                "started_by_lab": self.started_by_lab, **describe_props(self.props)}
-
-
-def describe_props(props: dict[str, Any]) -> dict[str, Any]:
-    """Model, context and build from ``/props`` (field names moved between releases)."""
-    settings = props.get("default_generation_settings") or {}
-    model_path = str(props.get("model_path") or "")
-    # model_alias defaults to the path given with -m: the file name is what identifies it.
-    model = Path(str(props.get("model_alias") or model_path)).name
-    return {
-        "model": model or None,
-        "model_path": model_path or None,
-        "n_ctx": settings.get("n_ctx", props.get("n_ctx")),
-        "total_slots": props.get("total_slots"),
-        "build": props.get("build_info"),
-    }
+                "started_by_lab": self.started_by_lab,
+                **ServerProps.parse(self.props).as_dict()}
 
 
 @dataclass
 class Lab:
     client: LlmClient
-    server: ServerInfo
+    server: ServerUnderTest
     docs: list[str]
     seed: int = DEFAULT_SEED
     tracker: Tracker = field(default_factory=SilentTracker)
