@@ -100,7 +100,29 @@ class UtteranceEnd:
         return self.audio.size / SAMPLE_RATE
 
 
-SegmentEvent = SpeechStart | SpeechSustained | UtteranceEnd
+@dataclass(frozen=True)
+class SpeechPause:
+    """``pause_ms`` of silence inside an utterance: the moment to start a speculative turn.
+
+    ``audio`` is the utterance so far (pre-roll included, the silence after ``end_sample``
+    kept up to the pre-roll length, as ``UtteranceEnd`` keeps it)."""
+
+    audio: np.ndarray = field(repr=False)
+    start_sample: int
+    end_sample: int  # the last voiced sample so far
+    speech_ms: float
+    detected_sample: int  # where the pause was noticed (end_sample + pause_ms)
+
+
+@dataclass(frozen=True)
+class SpeechResumed:
+    """Voice again after a ``SpeechPause``: the user was not done; drop the speculation."""
+
+    sample: int
+    pause_ms: float  # how long the pause was
+
+
+SegmentEvent = SpeechStart | SpeechSustained | SpeechPause | SpeechResumed | UtteranceEnd
 
 # A gate decides, per window, whether (probability, rms) counts as the user speaking.
 # The echo guard installs one while the assistant's own voice may reach the microphone.
@@ -116,6 +138,8 @@ class SegmenterConfig:
     pre_roll_ms: int = 200  # audio kept before the first voiced window (soft onsets)
     min_utterance_ms: int = 200  # shorter voiced time is a click or a cough: dropped
     max_utterance_s: float = 30.0  # Whisper's window; longer speech is cut here
+    # Silence that makes a SpeechPause (speculative start); None: no pause events.
+    pause_ms: int | None = None
 
 
 class UtteranceSegmenter:
@@ -141,6 +165,8 @@ class UtteranceSegmenter:
         self._sustained = False
         self._start = 0
         self._pre = 0
+        self._paused = False  # a SpeechPause was sent for the current silence
+        self._end_silence_ms: float | None = None  # this utterance's override
 
     @property
     def in_speech(self) -> bool:
@@ -152,6 +178,23 @@ class UtteranceSegmenter:
         self._pending = np.zeros(0, dtype=np.float32)
         self._history, self._speech = [], []
         self._in_speech, self._voiced, self._silent, self._sustained = False, 0, 0, False
+        self._paused, self._end_silence_ms = False, None
+
+    @property
+    def silence_ms(self) -> float:
+        """Silence since the last voiced window of the current utterance (0 outside one)."""
+        return self._silent * WINDOW_MS if self._in_speech else 0.0
+
+    def end_after(self, silence_ms: float | None) -> list[SegmentEvent]:
+        """Set how much silence ends the *current* utterance (the endpoint policy's answer;
+        None: back to ``end_silence_ms``). If that much silence has already passed, the
+        utterance ends now and its ``UtteranceEnd`` is returned."""
+        if not self._in_speech:
+            return []
+        self._end_silence_ms = silence_ms
+        if silence_ms is not None and self._silent > 0 and self.silence_ms >= silence_ms:
+            return self._end()
+        return []
 
     def feed(self, block: np.ndarray, gate: Gate | None = None) -> list[SegmentEvent]:
         data = np.concatenate([self._pending, np.asarray(block, dtype=np.float32).ravel()])
@@ -196,15 +239,24 @@ class UtteranceSegmenter:
             return events + self._check_sustained()
         self._speech.append(w)
         if voiced:
+            if self._paused:
+                events.append(SpeechResumed(start_of_window, self._silent * WINDOW_MS))
+                # The policy judged the words before the pause; they were not the end.
+                self._paused, self._end_silence_ms = False, None
             self._voiced += 1
             self._silent = 0
         else:
             self._silent += 1
         events.extend(self._check_sustained())
-        if self._silent * WINDOW_MS >= cfg.end_silence_ms:
-            events.extend(self._end())
-        elif len(self._speech) * WINDOW >= cfg.max_utterance_s * SAMPLE_RATE:
-            events.extend(self._end())
+        end_silence = (cfg.end_silence_ms if self._end_silence_ms is None
+                       else self._end_silence_ms)
+        silence_ms = self._silent * WINDOW_MS
+        if (silence_ms >= end_silence
+                or len(self._speech) * WINDOW >= cfg.max_utterance_s * SAMPLE_RATE):
+            return events + self._end()
+        if not self._paused and cfg.pause_ms is not None and silence_ms >= cfg.pause_ms:
+            self._paused = True
+            events.extend(self._pause())
         return events
 
     def _check_sustained(self) -> list[SegmentEvent]:
@@ -214,14 +266,28 @@ class UtteranceSegmenter:
             return [SpeechSustained(self.position, speech_ms)]
         return []
 
-    def _end(self) -> list[SegmentEvent]:
-        speech_ms = self._voiced * WINDOW_MS
+    def _so_far(self) -> tuple[list[np.ndarray], int, int]:
+        """(windows to hand over, first sample, samples of speech) of the utterance so far."""
         keep = len(self._speech) - self._silent  # drop the trailing silence...
         tail = min(self._silent, int(self.config.pre_roll_ms / WINDOW_MS))
         windows = self._speech[:keep + tail]  # ...but keep a little, like the pre-roll
-        first = self._start - self._pre * WINDOW
+        return windows, self._start - self._pre * WINDOW, keep * WINDOW
+
+    def _pause(self) -> list[SegmentEvent]:
+        speech_ms = self._voiced * WINDOW_MS
+        windows, first, kept = self._so_far()
+        if speech_ms < self.config.min_utterance_ms or not windows:
+            return []  # a click so far: nothing worth speculating on
+        return [SpeechPause(np.concatenate(windows), first, first + kept, speech_ms,
+                            self.position)]
+
+    def _end(self) -> list[SegmentEvent]:
+        speech_ms = self._voiced * WINDOW_MS
+        windows, first, kept = self._so_far()
+        keep = kept // WINDOW
         self._in_speech, self._speech, self._history = False, [], []
         self._voiced, self._silent, self._sustained = 0, 0, False
+        self._paused, self._end_silence_ms = False, None
         if speech_ms < self.config.min_utterance_ms or not windows:
             log.debug("dropped %.0f ms of speech (under min_utterance_ms)", speech_ms)
             return []

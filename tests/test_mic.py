@@ -22,6 +22,8 @@ from pipeline.mic import (
     MicBlock,
     SegmenterConfig,
     SileroStream,
+    SpeechPause,
+    SpeechResumed,
     SpeechStart,
     SpeechSustained,
     UtteranceEnd,
@@ -181,3 +183,75 @@ async def test_fake_mic_paces_blocks_and_segments_live(vad: SileroStream) -> Non
     assert mic.delivered == -(-signal.size // BLOCK)
     assert elapsed >= signal.size / SAMPLE_RATE - 0.02  # real time, not faster
     assert ended_at is not None
+
+
+# --- speculative start: pauses, resumptions, an end the endpoint policy sets ---------------
+
+
+def voiced(name: str) -> np.ndarray:
+    """A shipped question without the silence recorded around it."""
+    audio = speech(name)
+    loud = np.flatnonzero(np.abs(audio) > 0.02)
+    return audio[loud[0]:loud[-1] + 1]
+
+
+def paused_utterance(pause_s: float) -> np.ndarray:
+    """Two real questions joined by a pause of ``pause_s``: one utterance, paused."""
+    return np.concatenate([silence(0.5), voiced("03_sky_blue.wav"), silence(pause_s),
+                           voiced("04_cup_of_tea.wav"), silence(1.5)])
+
+
+def test_pause_then_resume_then_one_utterance(vad: SileroStream) -> None:
+    cfg = SegmenterConfig(pause_ms=200, end_silence_ms=1200)
+    events = run(UtteranceSegmenter(vad, cfg), paused_utterance(0.7))
+    kinds = [type(e).__name__ for e in events if not isinstance(e, SpeechSustained)]
+    # The samples have silence of their own around the words, so count from the real
+    # shape: a pause inside the utterance, speech again, then the one end.
+    assert kinds[0] == "SpeechStart" and kinds[-1] == "UtteranceEnd"
+    assert "SpeechPause" in kinds and "SpeechResumed" in kinds
+    assert kinds.count("UtteranceEnd") == 1
+    pause = next(e for e in events if isinstance(e, SpeechPause))
+    resumed = next(e for e in events if isinstance(e, SpeechResumed))
+    end = events[-1]
+    assert isinstance(end, UtteranceEnd)
+    assert pause.end_sample < resumed.sample < end.end_sample
+    assert pause.detected_sample - pause.end_sample >= 200 * SAMPLE_RATE // 1000
+    assert resumed.pause_ms >= 200
+    # the speculation's audio is the utterance so far, not more
+    assert pause.audio.size < end.audio.size
+
+
+def test_no_pause_events_unless_asked(vad: SileroStream) -> None:
+    events = run(UtteranceSegmenter(vad, SegmenterConfig()), paused_utterance(0.7))
+    assert not any(isinstance(e, SpeechPause | SpeechResumed) for e in events)
+
+
+def test_end_after_ends_at_once_when_the_silence_has_passed(vad: SileroStream) -> None:
+    seg = UtteranceSegmenter(vad, SegmenterConfig(pause_ms=200, end_silence_ms=2000))
+    signal = np.concatenate([silence(0.3), voiced("03_sky_blue.wav"), silence(1.0)])
+    pauses = []
+    ended: list[UtteranceEnd] = []
+    for i in range(0, signal.size, BLOCK):
+        for ev in seg.feed(signal[i:i + BLOCK]):
+            if isinstance(ev, SpeechPause) and not pauses:
+                pauses.append(ev)
+                # the policy answers "complete": 250 ms of silence is enough
+                ended += [e for e in seg.end_after(250) if isinstance(e, UtteranceEnd)]
+            elif isinstance(ev, UtteranceEnd):
+                ended.append(ev)
+    assert pauses and len(ended) == 1
+    waited = (ended[0].detected_sample - ended[0].end_sample) * 1000 / SAMPLE_RATE
+    assert 250 <= waited < 400  # not the 2000 ms default
+
+
+def test_end_after_is_forgotten_when_speech_resumes(vad: SileroStream) -> None:
+    seg = UtteranceSegmenter(vad, SegmenterConfig(pause_ms=200, end_silence_ms=1500))
+    events: list[object] = []
+    signal = paused_utterance(0.5)
+    for i in range(0, signal.size, BLOCK):
+        for ev in seg.feed(signal[i:i + BLOCK]):
+            events.append(ev)
+            if isinstance(ev, SpeechPause):
+                seg.end_after(600)  # "incomplete": longer than the 500 ms pause
+    ends = [e for e in events if isinstance(e, UtteranceEnd)]
+    assert len(ends) == 1  # the 500 ms pause did not end it; the question did

@@ -1,0 +1,105 @@
+"""An endpoint that listens: how long to wait for more speech, given what was said so far.
+
+A fixed end-of-speech silence is a bad compromise. Short (200-300 ms), it cuts people off in
+the pauses they make mid-sentence ("I'd like to know about the ... history of bicycles");
+long (600-800 ms, what most voice frameworks ship), every turn starts that much later.
+People resolve it by listening: "Why is the sky blue?" is finished, "and the" is not.
+
+``EndpointPolicy.wait_ms(transcript)`` is that judgement on the speculative transcript
+(Whisper's text of the utterance so far, taken at the first short pause): pure, no I/O,
+tested directly. The live turn-taker then ends the utterance once the silence since the
+last voiced window reaches it, and cancels the speculation if speech resumes first.
+
+Rules, in order (the first that matches decides):
+1. empty or a filler only ("um", "uh") -> ``incomplete_ms``: nothing usable yet.
+2. the text ends with a comma, colon, dash, ellipsis or an opening bracket -> incomplete.
+3. a question mark or exclamation -> ``complete_ms`` (Whisper rarely puts one on a
+   fragment; "What are you thinking of?" is finished although it ends in "of").
+4. the last word is a connective, article, preposition or auxiliary ("and", "the", "of",
+   "to", "is", "because"...), or a number (a figure still being read: "twenty", "3") ->
+   incomplete.
+5. a full stop after at least ``min_words`` words -> ``complete_ms``; Whisper puts a full
+   stop after almost anything, so one or two words with a stop are only ``default_ms``.
+6. anything else -> ``default_ms``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+# Words after which an English sentence cannot end (or almost never does).
+_CONTINUES = frozenset("""
+a an the and or but nor so yet because since although though while if unless until when
+whereas whether than that which who whom whose where to of in on at by for from with about
+into onto over under between through during before after without within against among
+like as is are was were be been being am do does did have has had will would can could
+shall should may might must my your his her its our their this these those some any
+every each no not very really more most less also just then um uh er erm
+""".split())
+
+_FILLERS = frozenset({"um", "uh", "er", "erm", "hmm", "mm", "ah", "oh"})
+
+_NUMBER_WORDS = frozenset("""
+zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy
+eighty ninety hundred thousand million billion point
+""".split())
+
+_OPEN_END = re.compile(r"(?:[,;:\-–—(\[]|\.\.\.|…)\s*$")
+_WORD = re.compile(r"[\w']+")
+
+
+class EndpointReason(StrEnum):
+    """Which rule decided; recorded in the events so a false endpoint can be traced."""
+
+    NOTHING = "nothing_yet"
+    OPEN_PUNCTUATION = "open_punctuation"
+    CONTINUING_WORD = "continuing_word"
+    NUMBER = "number"
+    QUESTION = "question"
+    SENTENCE = "sentence"
+    DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class EndpointDecision:
+    wait_ms: int
+    reason: EndpointReason
+
+
+@dataclass(frozen=True)
+class EndpointPolicy:
+    """Silence to wait after the speculative transcript before the turn is the user's end.
+
+    Defaults measured on the paused-utterance corpus (docs/live.md): pauses inside a
+    sentence ran 300-900 ms, so "incomplete" waits past them; a complete question has no
+    reason to wait more than the pause that triggered the speculation plus a margin.
+    """
+
+    complete_ms: int = 250
+    default_ms: int = 600
+    incomplete_ms: int = 1100
+    min_words: int = 3
+
+    def decide(self, transcript: str) -> EndpointDecision:
+        text = transcript.strip()
+        words = [w.lower() for w in _WORD.findall(text)]
+        if not words or all(w in _FILLERS for w in words):
+            return EndpointDecision(self.incomplete_ms, EndpointReason.NOTHING)
+        if _OPEN_END.search(text):
+            return EndpointDecision(self.incomplete_ms, EndpointReason.OPEN_PUNCTUATION)
+        if text.endswith(("?", "!")):
+            return EndpointDecision(self.complete_ms, EndpointReason.QUESTION)
+        last = words[-1]
+        if last in _CONTINUES:
+            return EndpointDecision(self.incomplete_ms, EndpointReason.CONTINUING_WORD)
+        if last.isdigit() or last in _NUMBER_WORDS:
+            return EndpointDecision(self.incomplete_ms, EndpointReason.NUMBER)
+        if text.endswith(".") and len(words) >= self.min_words:
+            return EndpointDecision(self.complete_ms, EndpointReason.SENTENCE)
+        return EndpointDecision(self.default_ms, EndpointReason.DEFAULT)
+
+    def wait_ms(self, transcript: str) -> int:
+        return self.decide(transcript).wait_ms
