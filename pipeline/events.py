@@ -37,6 +37,11 @@ class EventName(StrEnum):
     SLOT_IDLE = "server.slot_idle"
     TURN_ERROR = "turn.error"
     TURN_END = "turn.end"
+    # Live turn-taking (pipeline/live.py): a turn started at a pause, before the endpoint.
+    SPECULATION_START = "speculation.start"
+    ENDPOINT = "speculation.endpoint"
+    SPECULATION_CONFIRMED = "speculation.confirmed"
+    SPECULATION_CANCELLED = "speculation.cancelled"
 
     @property
     def stage(self) -> str:

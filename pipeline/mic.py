@@ -185,16 +185,12 @@ class UtteranceSegmenter:
         """Silence since the last voiced window of the current utterance (0 outside one)."""
         return self._silent * WINDOW_MS if self._in_speech else 0.0
 
-    def end_after(self, silence_ms: float | None) -> list[SegmentEvent]:
+    def end_after(self, silence_ms: float | None) -> None:
         """Set how much silence ends the *current* utterance (the endpoint policy's answer;
-        None: back to ``end_silence_ms``). If that much silence has already passed, the
-        utterance ends now and its ``UtteranceEnd`` is returned."""
-        if not self._in_speech:
-            return []
-        self._end_silence_ms = silence_ms
-        if silence_ms is not None and self._silent > 0 and self.silence_ms >= silence_ms:
-            return self._end()
-        return []
+        None: back to ``end_silence_ms``). If that much has already passed, the next window
+        ends it: the end comes out of ``feed`` like any other, one block later at most."""
+        if self._in_speech:
+            self._end_silence_ms = silence_ms
 
     def feed(self, block: np.ndarray, gate: Gate | None = None) -> list[SegmentEvent]:
         data = np.concatenate([self._pending, np.asarray(block, dtype=np.float32).ravel()])

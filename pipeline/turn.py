@@ -69,6 +69,10 @@ class TurnError(Exception):
     """A stage failed in a way the user can understand (message is one line)."""
 
 
+class _Abandoned(Exception):
+    """A speculative turn was dropped before its LLM request: the turn ends quietly."""
+
+
 @dataclass
 class TurnConfig:
     mode: str = "streamed"
@@ -91,6 +95,7 @@ class TurnResult:
     reply: str = ""  # raw generated text as kept in the history
     heard: str = ""  # what the user actually heard
     interrupted: bool = False
+    abandoned: bool = False  # a speculative turn the user talked on through: never heard
     error: str | None = None
     events: list[Event] = field(default_factory=list)
     metrics: TurnMetrics = field(init=False)
@@ -120,15 +125,19 @@ class TurnRunner:
         self._current: _Turn | None = None
 
     async def run(self, audio: np.ndarray | None = None, *, text: str | None = None,
-                  t0: float | None = None, mode: str | None = None) -> TurnResult:
+                  t0: float | None = None, mode: str | None = None,
+                  confirmed: asyncio.Event | None = None) -> TurnResult:
         """One turn from the user's audio (or text, skipping ASR). ``t0`` is the monotonic
-        time the user stopped speaking; default: now."""
+        time the turn starts (default: now).
+
+        ``confirmed``: a speculative turn. Everything runs, but nothing is played until the
+        event is set (the endpoint is confirmed); ``abandon()`` drops it unheard."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.turns += 1
         rec = EventRecorder(self.turns, t0, self.listeners)
-        turn = _Turn(self, rec, mode)
+        turn = _Turn(self, rec, mode, confirmed)
         self._current = turn
         try:
             return await turn.run(audio, text)
@@ -151,9 +160,19 @@ class TurnRunner:
         self._current.interrupt(source)
         return True
 
+    def abandon(self, reason: str = "speech resumed") -> bool:
+        """Drop a speculative turn: the same verified hang-up as barge-in, nothing played,
+        nothing kept in the history. False when no turn runs or it is already playing."""
+        turn = self._current
+        if turn is None or turn.started_playing:
+            return False
+        turn.abandon(reason)
+        return True
+
 
 class _Turn:
-    def __init__(self, runner: TurnRunner, rec: EventRecorder, mode: str) -> None:
+    def __init__(self, runner: TurnRunner, rec: EventRecorder, mode: str,
+                 confirmed: asyncio.Event | None = None) -> None:
         self.runner, self.rec, self.mode = runner, rec, mode
         self.cfg = runner.config
         self.tasks = TaskSet(f"turn{rec.turn}")
@@ -164,6 +183,9 @@ class _Turn:
         self.finished: Finished | None = None  # the server finished the reply
         self.llm_ended = False  # llm.end is recorded
         self.playing = False
+        self.started_playing = False
+        self.confirmed = confirmed
+        self.abandoned = False
         self.interrupted: asyncio.Event = asyncio.Event()
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
@@ -177,10 +199,14 @@ class _Turn:
             sent = self.runner.conversation.messages_for(result.transcript, self.volatile())
             await self.run_stages(sent)
             result.reply = self.heard.reply(complete=self.finished is not None)
-            result.interrupted = self.interrupted.is_set()
+            result.abandoned = self.abandoned
+            result.interrupted = self.interrupted.is_set() and not self.abandoned
             result.heard = self.heard.heard_text() if result.interrupted else result.reply
             kept = self.heard.heard_raw() if result.interrupted else result.reply
-            self.runner.conversation.commit(sent, kept)
+            if not self.abandoned:  # the user never heard it and was not done talking
+                self.runner.conversation.commit(sent, kept)
+        except _Abandoned:
+            result.abandoned = True
         except (TurnError, LlmError) as e:
             result.error = str(e)
             self.rec.emit(EventName.TURN_ERROR, message=result.error)
@@ -197,6 +223,12 @@ class _Turn:
         return self.cfg.volatile() if self.cfg.volatile else None
 
     async def transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
+        transcript = await self._transcribe(audio, text)
+        if self.abandoned:  # speech resumed while Whisper ran: no LLM request for nothing
+            raise _Abandoned
+        return transcript
+
+    async def _transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
         if text is not None:
             return text
         asr = self.runner.asr
@@ -326,8 +358,10 @@ class _Turn:
             if len(audio) == 0:
                 continue
             if not started:
+                if self.confirmed is not None and not self.confirmed.is_set():
+                    await self.confirmed.wait()  # speculative: ready, but not yet the end
                 self.rec.emit(EventName.PLAYBACK_START, index=index)
-                started = True
+                started = self.started_playing = True
             self.playing = True
             played = await self.runner.sink.play(audio)
             self.playing = False
@@ -343,6 +377,17 @@ class _Turn:
         if self.interrupted.is_set():
             return
         self.rec.emit(EventName.BARGEIN, source=source, playing=self.playing)
+        self.stop()
+
+    def abandon(self, reason: str) -> None:
+        if self.interrupted.is_set():
+            return
+        self.abandoned = True
+        self.rec.emit(EventName.SPECULATION_CANCELLED, reason=reason)
+        self.stop()
+
+    def stop(self) -> None:
+        """Silence, drop TTS, hang up on the LLM (then confirm the slot idle)."""
         self.interrupted.set()
         self.runner.sink.stop()  # silence first: the user is talking
         if not self.playing:
@@ -359,7 +404,7 @@ class _Turn:
         stream = self.stream
         if stream is not None and stream.closed_at is None:
             await stream.aclose()
-            self.record_llm_end(stream, hung_up="bargein")
+            self.record_llm_end(stream, hung_up="speculation" if self.abandoned else "bargein")
 
     async def confirm_slot_idle(self) -> None:
         """Poll /slots until no slot is processing: proof that the server stopped."""

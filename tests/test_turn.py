@@ -212,3 +212,78 @@ async def test_interrupt_silences_hangs_up_and_keeps_what_was_heard(slow_fake) -
     assert result.reply.startswith(kept.removesuffix(INTERRUPTED_MARK))
     assert len(kept) < len(SENTENCES[0]) + len(INTERRUPTED_MARK)
     assert not runner.interrupt("late")  # nothing running any more
+
+
+# --- speculative turns (live turn-taking) --------------------------------------------------
+
+
+async def test_speculative_turn_plays_only_once_confirmed(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=2)
+    confirmed = asyncio.Event()
+    first_audio = asyncio.Event()
+    runner.listeners.append(lambda e: first_audio.set() if e.name == "tts.end" else None)
+    task = asyncio.create_task(runner.run(AUDIO, confirmed=confirmed))
+    await asyncio.wait_for(first_audio.wait(), 5)
+    await asyncio.sleep(0.1)  # audio is ready: still nothing may be played
+    assert not runner.speaking
+    confirmed.set()
+    result = await asyncio.wait_for(task, 10)
+    assert result.error is None and not result.abandoned
+    assert t_of(result, "playback.start") > t_of(result, "tts.end")
+    assert runner.conversation.history[-1]["content"] == result.reply
+
+
+async def test_abandoned_speculation_hangs_up_and_leaves_no_history(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=None)
+    requested = asyncio.Event()
+    runner.listeners.append(lambda e: requested.set() if e.name == "llm.first_token" else None)
+    task = asyncio.create_task(runner.run(AUDIO, confirmed=asyncio.Event()))
+    await asyncio.wait_for(requested.wait(), 5)
+    assert runner.abandon("speech resumed")
+    result = await asyncio.wait_for(task, 10)
+    seen = names(result)
+    assert result.abandoned and not result.interrupted and result.error is None
+    assert "speculation.cancelled" in seen and "playback.start" not in seen
+    assert "bargein.detected" not in seen  # not a barge-in: the user never heard it
+    closed = next(e for e in result.events if e.name == "llm.closed")
+    assert closed.data["reason"] == "speculation"
+    idle = next(e for e in result.events if e.name == "server.slot_idle")
+    assert idle.data["confirmed"] is True
+    assert (await fake.wait_disconnect()).outcome == "client_gone"
+    assert runner.conversation.history == []  # nothing entered the history
+    assert not runner.abandon()  # nothing running any more
+
+
+async def test_abandoned_during_asr_sends_no_request(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client)
+
+    class SlowAsr(FakeAsr):
+        def transcribe(self, audio: np.ndarray) -> str:
+            import time
+            time.sleep(0.2)
+            return self.text
+
+    runner.asr = SlowAsr()
+    task = asyncio.create_task(runner.run(AUDIO, confirmed=asyncio.Event()))
+    await asyncio.sleep(0.05)
+    assert runner.abandon("speech resumed")
+    result = await asyncio.wait_for(task, 10)
+    assert result.abandoned and "llm.request" not in names(result)
+    assert fake.requests == [] and runner.conversation.history == []
+
+
+async def test_a_playing_turn_cannot_be_abandoned(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=1)
+    playing = asyncio.Event()
+    runner.listeners.append(lambda e: playing.set() if e.name == "playback.start" else None)
+    confirmed = asyncio.Event()
+    confirmed.set()
+    task = asyncio.create_task(runner.run(AUDIO, confirmed=confirmed))
+    await asyncio.wait_for(playing.wait(), 5)
+    assert not runner.abandon()
+    result = await asyncio.wait_for(task, 10)
+    assert not result.abandoned and result.error is None
