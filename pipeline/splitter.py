@@ -36,6 +36,7 @@ from pipeline.splitter_data import (
     ROMAN,
     SPLIT_ABBREVIATION_WORDS,
     TIME_ZONE_WORDS,
+    prefixes,
     tables,
 )
 
@@ -133,9 +134,8 @@ class SentenceSplitter:
         self.ordinal_words = t.ordinal_words
         self.ordinals = t.ordinals
         # Look-ahead words are matched as they arrive: a prefix that fits no word decides.
-        self._prefixes: dict[frozenset[str], frozenset[str]] = {}
-        for words in (t.ordinal_words, TIME_ZONE_WORDS, _ACRONYM_WORDS, *_DOTTED_WORDS):
-            self._prefixes[words] = frozenset(w[:k] for w in words for k in range(1, len(w)))
+        self._prefixes = {words: prefixes(words) for words in (
+            t.ordinal_words, TIME_ZONE_WORDS, _ACRONYM_WORDS, *_DOTTED_WORDS)}
         self.reset()
 
     def reset(self) -> None:

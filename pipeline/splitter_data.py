@@ -10,6 +10,7 @@ each list does and why a few entries are left out of the merged set.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 
@@ -134,6 +135,7 @@ SPLIT_ABBREVIATION_WORDS: dict[str, frozenset[str]] = {
 ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
 
 
+@lru_cache(maxsize=32)
 def tables(language: str | None) -> Tables:
     """The lists for one language (ISO 639-1, as Whisper reports it) on top of the
     English/international base, or every language's when ``language`` is None."""
@@ -157,3 +159,10 @@ def tables(language: str | None) -> Tables:
                   letter_nouns=union("letter_nouns"), ordinal_leads=leads,
                   ordinal_words=union("ordinal_words"),
                   ordinals=any(t.ordinals for t in parts))
+
+
+@lru_cache(maxsize=64)
+def prefixes(words: frozenset[str]) -> frozenset[str]:
+    """Every proper prefix of the words: while the word that follows a waiting end is one
+    of these, it may still become a word that continues the sentence."""
+    return frozenset(w[:k] for w in words for k in range(1, len(w)))

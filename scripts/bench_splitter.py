@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Accuracy and release delay of our SentenceSplitter and the published peers, in one run.
 
-    .venv/bin/python scripts/bench_splitter.py [--corpus main|heldout|PATH] [--out bench.json]
+    .venv/bin/python scripts/bench_splitter.py [--corpus main|heldout|hard|PATH] [--out FILE]
                                                [--pipecat-path DIR]
 
 Every splitter gets every corpus reply in three chunkings (--corpus: ``main`` =
 tests/splitter_corpus.py, the author's corpus; ``heldout`` = tests/splitter_heldout.py, written
-independently of the splitter's code; or a ``.py`` file / dotted module defining ``CORPUS`` or
-``HELDOUT``, a list of ``Case``):
+independently of the splitter's code; ``hard`` = tests/splitter_hard.py, the harder held-out
+set of issue 15; or a ``.py`` file / dotted module defining ``CORPUS``, ``HELDOUT`` or
+``HARD``, a list of ``Case``):
 LLM-like tokens, whole words, single characters. Columns:
 
 - exact: share of replies whose sentences equal the expected ones (after normalising
@@ -18,7 +19,8 @@ LLM-like tokens, whole words, single characters. Columns:
   past the last chunk. Mean and max over all boundaries, LLM-like tokens;
 - us/chunk: CPU time per fed chunk (feed + flush, LLM-like tokens), informative only.
 
-Peers that take a language get the reply's language (from the case id); ours takes none.
+Peers that take a language get the reply's language (from the case id); ours runs twice:
+with its default (language=None: every language's lists) and with the reply's language.
 The peers are measurement references, never product dependencies. A peer that cannot be
 imported is reported as "not run" with the reason. pipecat-ai is heavy, so it is looked up
 in --pipecat-path (a ``pip install --target`` folder) when it is not installed:
@@ -127,13 +129,13 @@ LANGUAGES = {"zh", "ja", "es", "fr", "de", "ru", "it", "ar", "hi"}
 
 def language_of(case: Case) -> str:
     """The reply's language, from its id ("zh-quote" -> "zh"); handed to the peers that
-    take one (pysbd, pipecat, stream2sentence). Our splitter needs none."""
+    take one (pysbd, pipecat, stream2sentence) and to our ``language=`` row."""
     lang = case.id.split("-")[0]
     return "ja" if case.id == "fullwidth-decimal" else lang if lang in LANGUAGES else "en"
 
 
-def run_ours(chunks: list[str], lang: str) -> Released:
-    s = SentenceSplitter()
+def run_ours(chunks: list[str], lang: str, *, use_language: bool = False) -> Released:
+    s = SentenceSplitter(language=lang if use_language else None)
     out = [(k, x) for k, c in enumerate(chunks) for x in s.feed(c)]
     return out + [(len(chunks), x) for x in s.flush()]
 
@@ -200,6 +202,8 @@ def make_pysbd() -> Runner:
 def peers(pipecat_path: str | None) -> list[tuple[str, str, Callable[[], Runner]]]:
     return [
         ("voice-llm SentenceSplitter", "defaults", lambda: run_ours),
+        ("voice-llm SentenceSplitter", "language=reply's",
+         lambda: lambda chunks, lang: run_ours(chunks, lang, use_language=True)),
         ("sentence-stream", "SentenceBoundaryDetector", make_sentence_stream),
         ("stream2sentence", "defaults", make_stream2sentence),
         ("stream2sentence", "minimum_sentence_length=0, minimum_first_fragment_length=0, "
@@ -228,11 +232,13 @@ def version(name: str) -> str:
         return "?"
 
 
-CORPORA = {"main": "tests.splitter_corpus", "heldout": "tests.splitter_heldout"}
+CORPORA = {"main": "tests.splitter_corpus", "heldout": "tests.splitter_heldout",
+           "hard": "tests.splitter_hard"}
 
 
 def load_corpus(name: str) -> list[Case]:
-    """``main``, ``heldout``, a dotted module or a ``.py`` path defining CORPUS or HELDOUT."""
+    """``main``, ``heldout``, ``hard``, a dotted module or a ``.py`` path defining CORPUS,
+    HELDOUT or HARD."""
     target = CORPORA.get(name, name)
     if target.endswith(".py"):
         spec = importlib.util.spec_from_file_location("bench_corpus", target)
@@ -242,10 +248,10 @@ def load_corpus(name: str) -> list[Case]:
         spec.loader.exec_module(module)
     else:
         module = importlib.import_module(target)
-    for attr in ("CORPUS", "HELDOUT"):
+    for attr in ("CORPUS", "HELDOUT", "HARD"):
         if hasattr(module, attr):
             return list(getattr(module, attr))
-    raise SystemExit(f"{target} defines neither CORPUS nor HELDOUT")
+    raise SystemExit(f"{target} defines none of CORPUS, HELDOUT, HARD")
 
 
 def measure(run: Runner, corpus: list[Case] = CORPUS) -> dict[str, Any]:
@@ -290,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="pip --target folder holding pipecat-ai when it is not installed")
     ap.add_argument("--corpus", default="main",
                     help="main (tests/splitter_corpus.py), heldout (tests/splitter_heldout.py), "
-                         "a dotted module or a .py file defining CORPUS or HELDOUT")
+                         "hard (tests/splitter_hard.py), a dotted module or a .py file defining "
+                         "CORPUS, HELDOUT or HARD")
     args = ap.parse_args(argv)
     corpus = load_corpus(args.corpus)
     rows: list[dict[str, Any]] = []
