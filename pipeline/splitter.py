@@ -132,10 +132,12 @@ class SentenceSplitter:
         self.letter_nouns = t.letter_nouns
         self.ordinal_leads = t.ordinal_leads
         self.ordinal_words = t.ordinal_words
+        self.weak_leads = t.weak_leads
+        self.words_after_weak = t.words_after_weak
         self.ordinals = t.ordinals
         # Look-ahead words are matched as they arrive: a prefix that fits no word decides.
         self._prefixes = {words: prefixes(words) for words in (
-            t.ordinal_words, TIME_ZONE_WORDS, _ACRONYM_WORDS, *_DOTTED_WORDS)}
+            t.ordinal_words, t.words_after_weak, TIME_ZONE_WORDS, _ACRONYM_WORDS, *_DOTTED_WORDS)}
         self.reset()
 
     def reset(self) -> None:
@@ -362,9 +364,13 @@ class SentenceSplitter:
             if self._list_position():
                 return _NEVER  # "1. Drink water", "Steps: 2. Rinse"
             if self.ordinals:
-                if prev.strip("*_") in self.ordinal_leads:
+                lead = prev.strip("*_")
+                if lead in self.ordinal_leads:
                     return _NEVER  # "am 3. Oktober", "im 19. Jahrhundert"
-                self._wait_words = self.ordinal_words  # "bis 15. März", "1. oder 2."
+                # "bis 15. März", "1. oder 2."; language=None: "am 9. November" but not
+                # "room 12. April is".
+                self._wait_words = self.words_after_weak if lead in self.weak_leads \
+                    else self.ordinal_words
                 return _AMBIG
             return _DEFINITE
         if len(word) > 1 and word.isupper() and ROMAN.fullmatch(word):

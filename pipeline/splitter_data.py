@@ -21,8 +21,10 @@ class Tables(NamedTuple):
     abbreviations: frozenset[str]  # ambiguous: ends before an uppercase letter ("etc.")
     acronyms: frozenset[str]  # dotted acronyms that end before uppercase ("U.S. The")
     letter_nouns: frozenset[str]  # "vitamin D." / "plan B.": a label, not an initial
-    ordinal_leads: frozenset[str]  # "am 3.", "im 19.": the number is an ordinal
+    ordinal_leads: frozenset[str]  # "im 19.": the number is an ordinal, decided at once
     ordinal_words: frozenset[str]  # "3. Oktober", "19. Jahrhundert": an ordinal's noun
+    weak_leads: frozenset[str]  # language=None: "am 3." may be English "I am 3."
+    words_after_weak: frozenset[str]  # language=None: words that continue only after a lead
     ordinals: bool  # German-style ordinal numbers ("3." + month, "1. oder 2.")
 
 
@@ -50,6 +52,7 @@ _EN = Tables(
                     "pick select try chapter act book volume"),
     ordinal_leads=frozenset(),
     ordinal_words=frozenset(),
+    weak_leads=frozenset(), words_after_weak=frozenset(),
     ordinals=False,
 )
 
@@ -75,6 +78,7 @@ _DE = Tables(
                              "Staffel Folge Sinfonie Symphonie Satz Akt Advent Halbzeit "
                              "Hälfte Minute Reich Republik FC Grad Person Versuch Schritt "
                              "Frage Preis Stufe Buch Sonntag").split()),
+    weak_leads=frozenset(), words_after_weak=frozenset(),
     ordinals=True,
 )
 
@@ -86,7 +90,8 @@ _FR = Tables(
     abbreviations=frozenset(),
     acronyms=frozenset(),
     letter_nouns=_f("vitamine type groupe classe est"),
-    ordinal_leads=frozenset(), ordinal_words=frozenset(), ordinals=False,
+    ordinal_leads=frozenset(), ordinal_words=frozenset(),
+    weak_leads=frozenset(), words_after_weak=frozenset(), ordinals=False,
 )
 _ES = Tables(
     # "EE. UU.": the doubled letters mark a plural abbreviation; the first half never ends.
@@ -96,7 +101,8 @@ _ES = Tables(
     abbreviations=_f("uu aa hh oo cía"),
     acronyms=frozenset(),
     letter_nouns=_f("vitamina opción tipo grupo es"),
-    ordinal_leads=frozenset(), ordinal_words=frozenset(), ordinals=False,
+    ordinal_leads=frozenset(), ordinal_words=frozenset(),
+    weak_leads=frozenset(), words_after_weak=frozenset(), ordinals=False,
 )
 _IT = Tables(
     titles=_f("sig sig.ra sig.na dott dott.ssa prof.ssa ing avv geom rag"),
@@ -105,13 +111,17 @@ _IT = Tables(
     abbreviations=frozenset(),
     acronyms=frozenset(),
     letter_nouns=frozenset(),
-    ordinal_leads=frozenset(), ordinal_words=frozenset(), ordinals=False,
+    ordinal_leads=frozenset(), ordinal_words=frozenset(),
+    weak_leads=frozenset(), words_after_weak=frozenset(), ordinals=False,
 )
 
 LANGUAGE_TABLES: dict[str, Tables] = {"en": _EN, "de": _DE, "fr": _FR, "es": _ES, "it": _IT}
-# Ordinary words elsewhere ("I am 5.", "you may die 3..."): the German ordinal leads only
-# count with language="de".
+# Ordinary words elsewhere ("I am 5.", "you may die 3..."): with language=None these
+# German ordinal leads do not decide by themselves.
 _LEADS_ONLY_WITH_DE = _f("am die den des ein sein")
+# Also English words that start sentences ("... room 12. April is..."): with language=None
+# they continue after a number only when a lead comes before it ("am 9. November").
+_WORDS_ALSO_ENGLISH = _f("April August September November Band Person Minute Stock Tag")
 
 # After "a.m." / "p.m." these belong to the time: "3 p.m. EST on Friday".
 TIME_ZONE_WORDS = _f("EST EDT CST CDT MST MDT PST PDT AKST HST ET CT MT PT GMT UTC BST IST "
@@ -150,14 +160,17 @@ def tables(language: str | None) -> Tables:
             out |= getattr(t, field)
         return out
 
-    leads = union("ordinal_leads")
+    leads, words = union("ordinal_leads"), union("ordinal_words")
+    weak: frozenset[str] = frozenset()
+    after_weak: frozenset[str] = frozenset()
     if language is None:
-        leads -= _LEADS_ONLY_WITH_DE
+        leads, weak = leads - _LEADS_ONLY_WITH_DE, leads & _LEADS_ONLY_WITH_DE
+        words, after_weak = words - _WORDS_ALSO_ENGLISH, words
     return Tables(titles=union("titles"), connectors=union("connectors"),
                   numeric_prefixes=union("numeric_prefixes"),
                   abbreviations=union("abbreviations"), acronyms=union("acronyms"),
                   letter_nouns=union("letter_nouns"), ordinal_leads=leads,
-                  ordinal_words=union("ordinal_words"),
+                  ordinal_words=words, weak_leads=weak, words_after_weak=after_weak,
                   ordinals=any(t.ordinals for t in parts))
 
 

@@ -174,6 +174,11 @@ def test_rule(text: str, expected: list[str]) -> None:
     ("de", "die 2. Welle", ["die 2. Welle"]),
     (None, "die 2. Welle", ["die 2.", "Welle"]),
     (None, "I am 5. Then", ["I am 5.", "Then"]),
+    # English words that are also ordinal nouns continue only after a lead when the
+    # language is not known.
+    (None, "Go to room 12. April is busy.", ["Go to room 12.", "April is busy."]),
+    (None, "Es war am 9. November.", ["Es war am 9. November."]),
+    ("de", "Er kam 9. November.", ["Er kam 9. November."]),
     ("en", "Prenez p. ex. une pomme.", ["Prenez p. ex.", "une pomme."]),
     ("fr", "Prenez p. ex. une pomme.", ["Prenez p. ex. une pomme."]),
     ("de-AT", "am 3. Jänner", ["am 3. Jänner"]),  # a region suffix is ignored
