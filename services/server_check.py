@@ -17,6 +17,7 @@ build or a move to another CPU is proven again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import socket
@@ -56,11 +57,18 @@ class Proof:
                 f"tokens ({self.text!r}) in {self.seconds:.1f} s")
 
 
-def prove(binary: Path, model: Path, *, timeout: float = 120.0) -> Proof:
-    """Start ``binary`` on ``model``, get one completion, stop it; UserError if it cannot."""
+def prove(binary: Path, model: Path, *, state_dir: Path | None = None,
+          timeout: float = 120.0) -> Proof:
+    """Start ``binary`` on ``model``, get one completion, stop it; UserError if it cannot.
+
+    ``state_dir`` keeps the proof's server log for a user to read after a failure (the
+    error names it); without one a temporary folder is used and removed."""
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="voice-llm-proof-") as state:
-        server = LlamaServer(Path(state))
+    with contextlib.ExitStack() as stack:
+        if state_dir is None:
+            state_dir = Path(stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="voice-llm-proof-")))
+        server = LlamaServer(state_dir)
         options = ServerOptions(server_bin=binary, model=model, port=_free_port(),
                                 ctx=PROOF_CTX, start_timeout=timeout)
         info = server.start(options, quiet=True)
@@ -89,7 +97,7 @@ def _one_completion(url: str, server: LlamaServer) -> tuple[int, str]:
         code = _exit_code_soon(server)
         if code is not None:
             raise UserError(f"{describe_exit(code, 'while answering a completion')}; "
-                            f"last log lines: {server.log_tail()}") from e
+                            f"last log lines: {server.log_tail()} [{server.log_path}]") from e
         raise UserError(f"llama-server did not answer a completion ({e}); {REBUILD_HINT}") from e
     return _tokens_and_text(answer)
 
@@ -185,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.stamp and not args.force and is_proven(args.stamp, key):
             print(f"llama-server already proven on this CPU: {binary}")
             return 0
-        proof = prove(binary, model)
+        # Beside the stamp, so the log of a failed proof is still there to read.
+        proof = prove(binary, model, state_dir=args.stamp.with_suffix(".d") if args.stamp
+                      else None)
     except UserError as e:
         print(f"setup: {e}", file=sys.stderr)
         return 1
