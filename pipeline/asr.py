@@ -9,7 +9,7 @@ the mel features to 3000 frames, so a 3 s question costs the encoder as much as 
 (its ``chunk_length`` option does not change that). CTranslate2's Whisper accepts shorter
 features, and the encoder's cost falls with them. ``window="fitted"`` computes the features
 with faster-whisper's own extractor, pads them with ``pad_s`` of silence after the audio
-(Whisper needs that silence to close its transcript: with less than ~1.5 s it repeats the
+(Whisper needs that silence to close its transcript: with too little it repeats the
 sentence until the length limit) and runs CTranslate2's ``generate`` on that. Audio whose
 fitted window would not be shorter than 30 s, and a fitted decode that still looks like a
 loop, go through faster-whisper's normal 30 s path (``window="full"``, kept for
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 import zlib
 from dataclasses import dataclass, field, replace
@@ -52,15 +53,19 @@ Window = Literal["fitted", "full"]
 WINDOWS: tuple[Window, ...] = ("fitted", "full")
 
 # Silence after the audio in the fitted window. Measured with `scripts/bench_asr.py pad`
-# (docs/results.md): +0.5 s made Whisper repeat the question, +1.0 s still dropped or
-# doubled words, +1.5 s and more were as exact as the 30 s window; 2 s leaves a margin.
-DEFAULT_PAD_S = 2.0
+# on 18 questions (docs/results.md): +0.5 s and +1 s made Whisper repeat the question or
+# drop words, +1.5 s and +2 s still looped on 1 of 18, +2.5 s to +4 s were as exact as the
+# 30 s window. 3 s is the middle of that band and costs ~15 ms more than 2 s.
+DEFAULT_PAD_S = 3.0
 # Decode cap: fast speech is ~3.5 words/s, ~5 tokens/s; 10 tokens per second of audio
 # (plus a floor for one-word turns) never cut a real question and bounds a loop.
 TOKENS_PER_SECOND = 10.0
 MIN_DECODE_TOKENS = 24
-# faster-whisper's own loop detector: gzip ratio of a normal sentence is ~1-1.6.
+# faster-whisper's own loop detector: gzip ratio of a normal sentence is ~1-1.6. Short
+# loops ("Why is the sky blue? Why is the sky blue? Why") compress too little to trip it,
+# so a repeated run of REPEAT_WORDS words counts as a loop too.
 MAX_COMPRESSION_RATIO = 2.4
+REPEAT_WORDS = 4
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,18 @@ def fit_features(features: np.ndarray, frames: int) -> np.ndarray:
 def compression_ratio(text: str) -> float:
     data = text.encode("utf-8")
     return len(data) / max(1, len(zlib.compress(data)))
+
+
+def repeated_phrase(text: str, n: int = REPEAT_WORDS) -> str:
+    """The first run of ``n`` words that occurs twice in ``text`` ("" if none)."""
+    words = re.sub(r"[^\w' ]", " ", text.lower()).split()
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i:i + n])
+        if gram in seen:
+            return " ".join(gram)
+        seen.add(gram)
+    return ""
 
 
 class WhisperAsr:
@@ -205,6 +222,8 @@ class WhisperAsr:
             return f"decode hit the {decode_cap(samples)}-token cap"
         if compression_ratio(result.text) > MAX_COMPRESSION_RATIO:
             return f"repetitive text (gzip ratio {compression_ratio(result.text):.1f})"
+        if phrase := repeated_phrase(result.text):
+            return f"repetitive text ({phrase!r} twice)"
         return ""
 
     def _tokenizer(self, language: str) -> Any:

@@ -22,6 +22,7 @@ from pipeline.asr import (
     decode_cap,
     fit_features,
     fitted_frames,
+    repeated_phrase,
 )
 from pipeline.speech_gate import GateConfig, SpeechGate
 
@@ -58,6 +59,22 @@ def test_fit_features_pads_with_zeros_or_cuts() -> None:
 def test_compression_ratio_flags_loops_not_questions() -> None:
     assert compression_ratio("What should I pack for a weekend hiking trip?") < 2.4
     assert compression_ratio("Why is the sky blue? " * 12) > 2.4
+
+
+def test_repeated_phrase_catches_short_loops_gzip_misses() -> None:
+    loop = "How far away is the nearest star? How far away is the nearest star? How"
+    assert compression_ratio(loop) < 2.4  # why the second detector exists
+    assert repeated_phrase(loop) == "how far away is"
+    assert repeated_phrase("What should I pack for a weekend hiking trip?") == ""
+    assert repeated_phrase("Yes, yes, yes.") == ""  # a few repeated words are not a loop
+
+
+def test_a_short_repeated_question_is_redone_on_the_full_window() -> None:
+    loop = Transcript("Why does bread go stale so fast? Why does bread go stale so",
+                      "fitted", tokens=14)
+    asr = RecordingAsr(fitted=loop, gate=False)
+    result = asr.recognize(seconds(3))
+    assert result.window == "full" and "twice" in result.fell_back
 
 
 class RecordingAsr(WhisperAsr):
