@@ -2,11 +2,15 @@
 
 The splitter decides when the assistant may start speaking, so it must never cut in the
 wrong place ("3.5", "9 a.m. tomorrow", "Dr. Smith") and never hold a finished sentence back.
-Rules and benchmark: ``docs/splitter.md``. Pure Python: no I/O, no event loop, no model.
+Rules and benchmark: ``docs/splitter.md``; the word lists, per language, are in
+``pipeline/splitter_data.py``. Pure Python: no I/O, no event loop, no model.
 
 API
 ---
-``SentenceSplitter()``
+``SentenceSplitter(language=None)``
+    ``language``: the reply's language (ISO 639-1, e.g. the ASR language), which selects
+    its abbreviation lists and whether German ordinals ("am 3. Oktober") apply; None uses
+    every language's lists.
     ``feed(chunk: str) -> list[str]``: the sentences completed by this chunk, stripped.
     ``flush() -> list[str]``: the rest at the end of the reply (even without punctuation);
     the splitter is then empty and can be reused. ``reset()`` drops everything (barge-in).
@@ -58,6 +62,7 @@ _QUOTED = 4  # ?" ?) or an open «: a lowercase word means the quote was mid-sen
 _ENDS = 0  # the sentence ended before the whitespace
 _GOES_ON = 1  # lowercase word: no boundary after all
 _JOINS = 2  # « … ! » : the closing guillemet belongs to the sentence, decide again after it
+_LOOK = 3  # a listed word may follow ("3. O…" -> "Oktober"): match it letter by letter
 
 _TERMINALS = frozenset(".!?…‼⁇⁈⁉‽؟।॥")
 _STRONG = frozenset("!?‼⁇⁈⁉‽؟।॥")  # never an abbreviation
@@ -199,7 +204,7 @@ class SentenceSplitter:
                     i += 1  # "etc. **Next**": the emphasis does not decide, the letter does
                     continue
                 verdict = self._resolve(c)
-                if verdict == _WORD:
+                if verdict == _LOOK:
                     self._state, self._look = _WORD, c
                     i += 1
                     continue
@@ -338,7 +343,8 @@ class SentenceSplitter:
             kind = _AMBIG  # "Well... maybe" goes on, "Wait... What?" does not
         elif closers:
             kind = _AMBIG if (lw in self.abbreviations or lw in self.connectors
-                              or _DOTTED.fullmatch(word)) else _DEFINITE  # "(etc.)"
+                              or _DOTTED.fullmatch(word) or (len(word) == 1 and word.islower())
+                              ) else _DEFINITE  # "(etc.) and", "(i.e.) the"
         else:
             kind = self._classify_word(word, lw)
         if kind == _DEFINITE and (self._guillemets > 0
@@ -419,7 +425,7 @@ class SentenceSplitter:
             return _GOES_ON  # "No. 5", "et al. (2020)"
         if self._wait_words and c.isalpha() and (
                 c in self._prefixes[self._wait_words] or c in self._wait_words):
-            return _WORD  # "3. O…": decided once the word stops fitting "Oktober"
+            return _LOOK  # "3. O…": decided once the word stops fitting "Oktober"
         # Uppercase, digit, opening quote or bracket, a letter without case (CJK...), emoji.
         return _ENDS
 
