@@ -153,12 +153,22 @@ class TurnRunner:
     def busy(self) -> bool:
         return self._current is not None
 
+    @property
+    def abandoning(self) -> bool:
+        """The running turn is an abandoned speculation, only finishing its hang-up."""
+        return self._current is not None and self._current.abandoned
+
     def interrupt(self, source: str = "user") -> bool:
         """Barge-in: stop the current turn. Returns False when no turn is running."""
         if self._current is None:
             return False
         self._current.interrupt(source)
         return True
+
+    def note(self, name: EventName, **data: Any) -> None:
+        """Record an event of the running turn from outside it (live turn-taking)."""
+        if self._current is not None:
+            self._current.rec.emit(name, **data)
 
     def abandon(self, reason: str = "speech resumed") -> bool:
         """Drop a speculative turn: the same verified hang-up as barge-in, nothing played,

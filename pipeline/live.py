@@ -1,0 +1,229 @@
+"""Live turn-taking: start the turn at the user's first pause, play it only at the endpoint.
+
+A person answers a question about as soon as it ends; a pipeline that waits a fixed 600 ms
+of silence and only then starts Whisper, the model and the voice answers a second later.
+So the turn starts *speculatively* at the first short pause (``SegmenterConfig.pause_ms``,
+200 ms): Whisper, the LLM request and the first sentence's TTS all run, but the sink stays
+closed (``TurnRunner.run(confirmed=...)``). Meanwhile the speculative transcript tells the
+``EndpointPolicy`` how long to wait for more ("Why is the sky blue?" -> 250 ms; "about
+the" -> 1.1 s), and the segmenter ends the utterance after that much silence:
+
+- the utterance ends -> the speculation is confirmed and plays from where it already is;
+- the user speaks again first -> ``TurnRunner.abandon()``: the same verified hang-up as a
+  barge-in (stream closed, slot confirmed idle), nothing played, nothing in the history;
+  the next pause speculates again on the longer utterance.
+
+``LiveTurnTaker`` is fed by the one microphone reader (``BargeIn.watch``): ``on_segment``
+for every segmenter event and ``on_utterance`` for every finished utterance. It runs the
+turns one after another and reports each finished one to ``on_turn`` with a ``LiveTurn``
+(the endpoint wait and what speculation did). ``speculate=False`` is today's behaviour:
+a turn per finished utterance, a fixed end silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pipeline.audio_in import SAMPLE_RATE
+from pipeline.endpoint import EndpointPolicy
+from pipeline.events import Event, EventName
+from pipeline.mic import SegmentEvent, SpeechPause, SpeechResumed, UtteranceEnd
+from pipeline.tasks import TaskSet
+from pipeline.turn import TurnResult, TurnRunner
+
+log = logging.getLogger(__name__)
+
+
+class EndSetter(Protocol):
+    """What the taker needs of the segmenter: set the current utterance's end silence."""
+
+    def end_after(self, silence_ms: float | None) -> None: ...
+
+
+@dataclass
+class SpeculationStats:
+    started: int = 0
+    confirmed: int = 0
+    cancelled: int = 0
+    cancelled_idle_confirmed: int = 0  # cancelled ones whose slot was seen idle afterwards
+    saved_ms: list[float] = field(default_factory=list)  # work done before the endpoint
+    wasted_tokens: int = 0  # generated for speculations that were dropped
+
+    def to_dict(self) -> dict[str, object]:
+        saved = sorted(self.saved_ms)
+        return {"started": self.started, "confirmed": self.confirmed,
+                "cancelled": self.cancelled,
+                "cancelled_idle_confirmed": self.cancelled_idle_confirmed,
+                "saved_ms_p50": saved[len(saved) // 2] if saved else None,
+                "wasted_tokens": self.wasted_tokens}
+
+
+@dataclass(frozen=True)
+class LiveTurn:
+    result: TurnResult
+    speech_end_ms: float  # last voiced sample -> t = 0 of the turn (on the mic's clock)
+    endpoint_ms: float  # last voiced sample -> the end was confirmed
+    speculative: bool  # started at a pause, before the endpoint
+
+    @property
+    def first_audio_from_speech_end_ms(self) -> float | None:
+        """Mouth to ear on the pipeline's clocks (the benchmark measures it on the audio)."""
+        first = self.result.metrics.first_audio_ms
+        return None if first is None else self.speech_end_ms + first
+
+
+def _silence_ms(detected_sample: int, end_sample: int) -> float:
+    return (detected_sample - end_sample) * 1000 / SAMPLE_RATE
+
+
+@dataclass
+class _Speculation:
+    pause: SpeechPause
+    t0: float
+    confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    cancelled: bool = False
+    endpoint_ms: float | None = None
+
+
+class LiveTurnTaker:
+    def __init__(self, runner: TurnRunner, segmenter: EndSetter, *,
+                 on_turn: Callable[[LiveTurn], None], speculate: bool = True,
+                 policy: EndpointPolicy | None = None) -> None:
+        self.runner, self.segmenter, self.on_turn = runner, segmenter, on_turn
+        self.speculate = speculate
+        self.policy = policy or EndpointPolicy()
+        self.stats = SpeculationStats()
+        self.tasks = TaskSet("live")
+        self._spec: _Speculation | None = None
+        self._previous: asyncio.Task[None] | None = None  # the last turn, finishing
+        self._count = 0
+        runner.listeners.append(self._on_event)
+
+    # -- fed by the microphone reader (synchronous: never blocks the mic) ----------------
+    def on_segment(self, ev: SegmentEvent) -> None:
+        if isinstance(ev, SpeechPause) and self.speculate and not self._turn_running():
+            self._start_speculation(ev)
+        elif isinstance(ev, SpeechResumed) and self._spec is not None:
+            self._cancel_speculation(f"speech resumed after {ev.pause_ms:.0f} ms")
+
+    def on_utterance(self, utterance: UtteranceEnd) -> None:
+        endpoint_ms = _silence_ms(utterance.detected_sample, utterance.end_sample)
+        spec = self._spec
+        if spec is not None and not spec.cancelled:
+            self._spec = None
+            spec.endpoint_ms = endpoint_ms
+            spec.confirmed.set()
+            self.stats.confirmed += 1
+            ahead = (time.monotonic() - spec.t0) * 1000
+            self.stats.saved_ms.append(ahead)
+            self.runner.note(EventName.SPECULATION_CONFIRMED, endpoint_ms=round(endpoint_ms),
+                             ahead_ms=round(ahead))
+            return
+        self._chain(self._turn(utterance, time.monotonic(), endpoint_ms), "turn")
+
+    async def close(self) -> None:
+        if self._spec is not None:
+            self._cancel_speculation("conversation ended")
+        await self.tasks.cancel_all()
+
+    # -- speculation ----------------------------------------------------------------------
+    def _turn_running(self) -> bool:
+        # An abandoned speculation still finishing its hang-up does not count: the next
+        # one is chained behind it and starts once its slot is confirmed idle.
+        busy = self.runner.busy and not self.runner.abandoning
+        return busy or self._spec is not None
+
+    def _start_speculation(self, pause: SpeechPause) -> None:
+        spec = _Speculation(pause, time.monotonic())
+        self._spec = spec
+        self.stats.started += 1
+        spec.task = self._chain(self._speculative_turn(spec), "speculation")
+
+    def _cancel_speculation(self, reason: str) -> None:
+        spec = self._spec
+        if spec is not None:
+            self._drop(spec, reason)
+            # Not running yet (queued behind the last turn): it finds itself cancelled.
+            self.runner.abandon(reason)
+
+    def _drop(self, spec: _Speculation, reason: str) -> None:
+        if self._spec is spec:
+            self._spec = None
+        if spec.cancelled:
+            return
+        log.info("speculation dropped: %s", reason)
+        spec.cancelled = True
+        self.stats.cancelled += 1
+        self.segmenter.end_after(None)  # back to the default end for the longer utterance
+
+    async def _speculative_turn(self, spec: _Speculation) -> None:
+        if spec.cancelled:
+            return
+        pause = spec.pause
+        speech_end = _silence_ms(pause.detected_sample, pause.end_sample)
+        result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed)
+        if result.error is not None and not spec.confirmed.is_set():
+            # e.g. "heard no speech" in the words so far: not a turn yet. Let the end of
+            # the utterance start an ordinary one.
+            self._drop(spec, reason=result.error)
+            return
+        if result.abandoned or spec.cancelled:
+            self.stats.wasted_tokens += _generated_tokens(result)
+            if _slot_idle_confirmed(result):
+                self.stats.cancelled_idle_confirmed += 1
+            return
+        endpoint = spec.endpoint_ms if spec.endpoint_ms is not None else speech_end
+        self.on_turn(LiveTurn(result, speech_end, endpoint, speculative=True))
+
+    def _on_event(self, ev: Event) -> None:
+        # The speculative transcript decides how long to wait for more speech.
+        spec = self._spec
+        if spec is None or ev.name != EventName.ASR_END or spec.confirmed.is_set():
+            return
+        decision = self.policy.decide(str(ev.data.get("text", "")))
+        self.segmenter.end_after(decision.wait_ms)
+        self.runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms,
+                         reason=str(decision.reason))
+
+    # -- ordinary turns ---------------------------------------------------------------------
+    async def _turn(self, utterance: UtteranceEnd, t0: float, endpoint_ms: float) -> None:
+        # t = 0 is when the end was decided; queued behind a finishing turn, that wait is
+        # part of this turn's first audio.
+        result = await self.runner.run(utterance.audio, t0=t0)
+        self.on_turn(LiveTurn(result, endpoint_ms, endpoint_ms, speculative=False))
+
+    def _chain(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run turns one after another: each waits for the previous one to finish (an
+        abandoned speculation still confirms its slot idle before the next request)."""
+        previous = self._previous
+
+        async def after_previous() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await coro
+
+        self._count += 1
+        task = self.tasks.spawn(f"{name}{self._count}", after_previous())
+        self._previous = task
+        return task
+
+
+def _generated_tokens(result: TurnResult) -> int:
+    for ev in result.events:
+        if ev.name == EventName.LLM_END:
+            timings = ev.data.get("timings") or {}
+            return int(timings.get("predicted_n") or 0)
+    return 0
+
+
+def _slot_idle_confirmed(result: TurnResult) -> bool:
+    if not any(ev.name == EventName.LLM_REQUEST for ev in result.events):
+        return True  # dropped before any request: nothing ran on the server
+    return any(ev.name == EventName.SLOT_IDLE and ev.data.get("confirmed")
+               for ev in result.events)

@@ -1,0 +1,134 @@
+"""Live turn-taking with a fake llama-server (real HTTP), fake ASR/TTS and the real-time sink.
+
+The segmenter events are made by hand here (the segmenter itself is tested on real audio in
+test_mic.py), so each path - confirmed, cancelled, not speculating - is driven exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from fake_llm import FakeLlm, Reply
+from test_turn import SENTENCES, FakeAsr, make_runner, tokens
+
+from pipeline.live import LiveTurn, LiveTurnTaker
+from pipeline.llm_client import LlmClient
+from pipeline.mic import SpeechPause, SpeechResumed, UtteranceEnd
+
+RATE = 16000
+
+
+class RecordingSegmenter:
+    def __init__(self) -> None:
+        self.ends: list[float | None] = []
+
+    def end_after(self, silence_ms: float | None) -> None:
+        self.ends.append(silence_ms)
+
+
+def pause(seconds: float) -> SpeechPause:
+    n = int(seconds * RATE)
+    return SpeechPause(np.zeros(n, dtype=np.float32), 0, n, seconds * 1000, n + RATE // 5)
+
+
+def end(seconds: float, silence_ms: int = 250) -> UtteranceEnd:
+    n = int(seconds * RATE)
+    return UtteranceEnd(np.zeros(n, dtype=np.float32), 0, n, seconds * 1000,
+                        n + silence_ms * RATE // 1000)
+
+
+@pytest.fixture
+async def llm():
+    async with FakeLlm(Reply(tokens=tokens(*SENTENCES), token_delay=0.01)) as fake:
+        async with LlmClient(fake.url) as client:
+            yield fake, client
+
+
+async def until(predicate, limit_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_confirmed_speculation_plays_and_sets_the_endpoint(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Why is the sky blue?")
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    live.on_segment(pause(1.0))
+    await until(lambda: seg.ends)  # the speculative transcript was judged...
+    assert seg.ends == [250]  # ...complete: a short wait
+    live.on_utterance(end(1.0))
+    await until(lambda: turns)
+    turn: LiveTurn = turns[0]
+    seen = [e.name for e in turn.result.events]
+    assert turn.speculative and turn.result.error is None
+    assert seen.index("speculation.endpoint") < seen.index("speculation.confirmed") \
+        < seen.index("playback.start")
+    assert turn.endpoint_ms == 250 and turn.speech_end_ms == 200
+    assert live.stats.to_dict()["started"] == 1 and live.stats.confirmed == 1
+    assert len(runner.conversation.history) == 2
+    await live.close()
+
+
+async def test_speech_resuming_cancels_then_the_longer_utterance_speculates_again(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Tell me about the")
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    requested = asyncio.Event()
+    runner.listeners.append(lambda e: requested.set() if e.name == "llm.first_token" else None)
+
+    live.on_segment(pause(1.0))
+    await asyncio.wait_for(requested.wait(), 5)
+    assert seg.ends == [1100]  # "the": an incomplete sentence waits long
+    live.on_segment(SpeechResumed(RATE, 400.0))
+    assert seg.ends[-1] is None  # the end goes back to the default
+
+    runner.asr = FakeAsr("Tell me about the history of bicycles.")
+    live.on_segment(pause(2.5))
+    live.on_utterance(end(2.5))
+    await until(lambda: turns)
+    await live.close()
+    stats = live.stats
+    assert (stats.started, stats.cancelled, stats.confirmed) == (2, 1, 1)
+    assert stats.cancelled_idle_confirmed == 1  # the dropped request's slot was seen idle
+    assert len(turns) == 1 and turns[0].result.transcript.endswith("bicycles.")
+    history = runner.conversation.history
+    assert len(history) == 2 and history[0]["content"].endswith("bicycles.")
+    assert len(fake.requests) == 2
+
+
+async def test_without_speculation_a_turn_starts_at_the_end(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append, speculate=False)
+    live.on_segment(pause(1.0))
+    await asyncio.sleep(0.1)
+    assert fake.requests == [] and seg.ends == []
+    live.on_utterance(end(1.0, silence_ms=600))
+    await until(lambda: turns)
+    assert not turns[0].speculative and turns[0].endpoint_ms == 600
+    assert live.stats.started == 0
+    await live.close()
+
+
+async def test_a_speculation_that_heard_nothing_leaves_the_end_to_an_ordinary_turn(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("")  # the gate heard no speech in the words so far
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    live.on_segment(pause(1.0))
+    await until(lambda: live.stats.cancelled == 1)
+    runner.asr = FakeAsr("How do I sleep better?")
+    live.on_utterance(end(1.5))
+    await until(lambda: turns)
+    assert not turns[0].speculative and turns[0].result.error is None
+    await live.close()
