@@ -36,6 +36,9 @@ class TurnMetrics:
     reply_sentences: int = 0
     reply_chars: int = 0
     interrupted: bool = False
+    # A speculative turn (live turn-taking): when its endpoint was confirmed. Ready audio
+    # waits for that, so the wait is the endpoint's, not overhead.
+    speculation_confirmed_ms: float | None = None
     bargein_to_silence_ms: float | None = None
     bargein_to_llm_closed_ms: float | None = None
     bargein_to_slot_idle_ms: float | None = None
@@ -86,6 +89,7 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
     played_to = (_t_last(events, EventName.PLAYBACK_END)
                  or _t_last(events, EventName.PLAYBACK_STOPPED))
     detected = _t(events, EventName.BARGEIN)
+    confirmed_ms = _ms(0.0, _t(events, EventName.SPECULATION_CONFIRMED))
     if mode == "serial":  # the whole reply and all of its speech are on the critical path
         llm_ms, tts_ms = _ms(request, _t(events, EventName.LLM_END)), _tts_total_ms(events)
     else:
@@ -97,10 +101,11 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
         prompt_n=timings.get("prompt_n"), cache_n=timings.get("cache_n"),
         first_sentence_ms=first_sentence_ms, tts_first_ms=tts_first_ms,
         first_audio_ms=first_audio_ms, turn_ms=_ms(0.0, played_to),
-        overhead_ms=_overhead_ms(first_audio_ms, asr_ms, llm_ms, tts_ms, request),
+        overhead_ms=_overhead_ms(first_audio_ms, asr_ms, llm_ms, tts_ms, request,
+                                 confirmed_ms),
         reply_sentences=len(sentences),
         reply_chars=sum(len(e.data.get("text", "")) for e in sentences),
-        interrupted=detected is not None,
+        interrupted=detected is not None, speculation_confirmed_ms=confirmed_ms,
         bargein_to_silence_ms=_ms(detected, _t(events, EventName.PLAYBACK_STOPPED)),
         # Only a hang-up caused by the barge-in counts: a stream already closed by
         # max_sentences had nothing left to close (None, not a negative time).
@@ -110,11 +115,13 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
 
 
 def _overhead_ms(first_audio_ms: float | None, asr_ms: float | None, llm_ms: float | None,
-                 tts_ms: float | None, request: float | None) -> float | None:
+                 tts_ms: float | None, request: float | None,
+                 confirmed_ms: float | None = None) -> float | None:
     if (first_audio_ms is None or asr_ms is None or request is None or llm_ms is None
             or tts_ms is None):
         return None
-    return round(first_audio_ms - asr_ms - llm_ms - tts_ms, 1)
+    critical = max(asr_ms + llm_ms + tts_ms, confirmed_ms or 0.0)
+    return round(first_audio_ms - critical, 1)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

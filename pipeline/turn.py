@@ -204,6 +204,8 @@ class _Turn:
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
         result = TurnResult(self.rec.turn, self.mode)
         self.rec.emit(EventName.TURN_START, mode=self.mode)
+        if self.confirmed is not None:
+            self.rec.emit(EventName.SPECULATION_START)
         try:
             result.transcript = await self.transcribe(audio, text)
             sent = self.runner.conversation.messages_for(result.transcript, self.volatile())
