@@ -73,8 +73,7 @@ class LiveTurn:
     @property
     def first_audio_from_speech_end_ms(self) -> float | None:
         """Mouth to ear on the pipeline's clocks (the benchmark measures it on the audio)."""
-        first = self.result.metrics.first_audio_ms
-        return None if first is None else self.speech_end_ms + first
+        return self.result.metrics.first_audio_from_speech_end_ms
 
 
 def _silence_ms(detected_sample: int, end_sample: int) -> float:
@@ -167,7 +166,8 @@ class LiveTurnTaker:
             return
         pause = spec.pause
         speech_end = _silence_ms(pause.detected_sample, pause.end_sample)
-        result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed)
+        result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed,
+                                       speech_end_ms=round(speech_end, 1))
         if result.error is not None and not spec.confirmed.is_set():
             # e.g. "heard no speech" in the words so far: not a turn yet. Let the end of
             # the utterance start an ordinary one.
@@ -195,7 +195,8 @@ class LiveTurnTaker:
     async def _turn(self, utterance: UtteranceEnd, t0: float, endpoint_ms: float) -> None:
         # t = 0 is when the end was decided; queued behind a finishing turn, that wait is
         # part of this turn's first audio.
-        result = await self.runner.run(utterance.audio, t0=t0)
+        result = await self.runner.run(utterance.audio, t0=t0,
+                                       speech_end_ms=round(endpoint_ms, 1))
         self.on_turn(LiveTurn(result, endpoint_ms, endpoint_ms, speculative=False))
 
     def _chain(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

@@ -39,6 +39,10 @@ class TurnMetrics:
     # A speculative turn (live turn-taking): when its endpoint was confirmed. Ready audio
     # waits for that, so the wait is the endpoint's, not overhead.
     speculation_confirmed_ms: float | None = None
+    # Live turns: the user's last voiced sample was this long before t = 0 (the endpoint
+    # wait, or the pause of a speculative turn), and first audio counted from there.
+    speech_end_ms: float | None = None
+    first_audio_from_speech_end_ms: float | None = None
     bargein_to_silence_ms: float | None = None
     bargein_to_llm_closed_ms: float | None = None
     bargein_to_slot_idle_ms: float | None = None
@@ -90,6 +94,8 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
                  or _t_last(events, EventName.PLAYBACK_STOPPED))
     detected = _t(events, EventName.BARGEIN)
     confirmed_ms = _ms(0.0, _t(events, EventName.SPECULATION_CONFIRMED))
+    start = first(events, EventName.TURN_START)
+    speech_end = start.data.get("speech_end_ms") if start is not None else None
     if mode == "serial":  # the whole reply and all of its speech are on the critical path
         llm_ms, tts_ms = _ms(request, _t(events, EventName.LLM_END)), _tts_total_ms(events)
     else:
@@ -106,6 +112,9 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
         reply_sentences=len(sentences),
         reply_chars=sum(len(e.data.get("text", "")) for e in sentences),
         interrupted=detected is not None, speculation_confirmed_ms=confirmed_ms,
+        speech_end_ms=speech_end,
+        first_audio_from_speech_end_ms=(None if speech_end is None or first_audio_ms is None
+                                        else round(speech_end + first_audio_ms, 1)),
         bargein_to_silence_ms=_ms(detected, _t(events, EventName.PLAYBACK_STOPPED)),
         # Only a hang-up caused by the barge-in counts: a stream already closed by
         # max_sentences had nothing left to close (None, not a negative time).

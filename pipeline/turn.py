@@ -126,18 +126,21 @@ class TurnRunner:
 
     async def run(self, audio: np.ndarray | None = None, *, text: str | None = None,
                   t0: float | None = None, mode: str | None = None,
-                  confirmed: asyncio.Event | None = None) -> TurnResult:
+                  confirmed: asyncio.Event | None = None,
+                  speech_end_ms: float | None = None) -> TurnResult:
         """One turn from the user's audio (or text, skipping ASR). ``t0`` is the monotonic
         time the turn starts (default: now).
 
         ``confirmed``: a speculative turn. Everything runs, but nothing is played until the
-        event is set (the endpoint is confirmed); ``abandon()`` drops it unheard."""
+        event is set (the endpoint is confirmed); ``abandon()`` drops it unheard.
+        ``speech_end_ms``: how long before t0 the user's last voiced sample was (live
+        turns), recorded in turn.start so the endpoint wait shows before t = 0."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.turns += 1
         rec = EventRecorder(self.turns, t0, self.listeners)
-        turn = _Turn(self, rec, mode, confirmed)
+        turn = _Turn(self, rec, mode, confirmed, speech_end_ms)
         self._current = turn
         try:
             return await turn.run(audio, text)
@@ -182,7 +185,8 @@ class TurnRunner:
 
 class _Turn:
     def __init__(self, runner: TurnRunner, rec: EventRecorder, mode: str,
-                 confirmed: asyncio.Event | None = None) -> None:
+                 confirmed: asyncio.Event | None = None,
+                 speech_end_ms: float | None = None) -> None:
         self.runner, self.rec, self.mode = runner, rec, mode
         self.cfg = runner.config
         self.tasks = TaskSet(f"turn{rec.turn}")
@@ -195,6 +199,7 @@ class _Turn:
         self.playing = False
         self.started_playing = False
         self.confirmed = confirmed
+        self.speech_end_ms = speech_end_ms
         self.abandoned = False
         self.interrupted: asyncio.Event = asyncio.Event()
         self.hangup: asyncio.Task[None] | None = None
@@ -203,7 +208,8 @@ class _Turn:
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
         result = TurnResult(self.rec.turn, self.mode)
-        self.rec.emit(EventName.TURN_START, mode=self.mode)
+        live = {} if self.speech_end_ms is None else {"speech_end_ms": self.speech_end_ms}
+        self.rec.emit(EventName.TURN_START, mode=self.mode, **live)
         if self.confirmed is not None:
             self.rec.emit(EventName.SPECULATION_START)
         try:
