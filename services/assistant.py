@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation
@@ -53,6 +53,7 @@ DEFAULT_TTS_THREADS = 1
 
 async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int = 2,
                          tts_threads: int | None = DEFAULT_TTS_THREADS,
+                         asr_window: Literal["fitted", "full"] = "fitted",
                          config: TurnConfig | None = None) -> Assistant:
     """Find or start llama-server, then load Whisper and Piper (once, with progress)."""
     from rich.console import Console
@@ -64,7 +65,7 @@ async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int
     console = Console(stderr=True)
     with console.status("loading Whisper base (int8) ..."):
         asr = WhisperAsr(await asyncio.to_thread(models.whisper_model_dir),
-                         language=language, threads=asr_threads)
+                         language=language, threads=asr_threads, window=asr_window)
         await asyncio.to_thread(asr.load)
     with console.status("loading Piper voice en_US-joe-medium ..."):
         onnx, cfg = models.piper_voice()

@@ -32,6 +32,7 @@ from pipeline.audio_in import AudioFileError
 from pipeline.audio_out import InstantSink
 from pipeline.conversation import Conversation
 from services.errors import UserError
+from services.turn_options import add_asr_window_option
 from services.web_session import BrowserSession, Limits, decode_wav_bytes
 
 if TYPE_CHECKING:
@@ -220,6 +221,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    help="largest WAV accepted by POST /api/turn and over the WebSocket, "
                    "in MiB (default %(default)g)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
+    add_asr_window_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -238,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from services.assistant import load_assistant
 
-    assistant = await load_assistant(args.llm_url, language=args.language)
+    assistant = await load_assistant(args.llm_url, language=args.language,
+                                     asr_window=args.asr_window)
     app = create_app(assistant, max_upload_bytes=int(args.max_upload_mb * 2**20))
     app_runner = web.AppRunner(app, access_log=None)
     await app_runner.setup()
