@@ -15,19 +15,17 @@ import json
 import logging
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from pipeline.audio_in import SAMPLE_RATE
 from pipeline.events import EventName
 from services import turn_options
 from services.errors import UserError
 
 if TYPE_CHECKING:
     from pipeline.events import Event
+    from pipeline.live import LiveTurn
     from pipeline.mic import SegmentEvent, UtteranceEnd
-    from pipeline.turn import TurnRunner
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +43,14 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    help="no echo guard: the microphone cannot hear the assistant, so any "
                    "speech over it barges in (see docs/talk.md)")
     p.add_argument("--end-silence-ms", type=int, default=600, metavar="MS",
-                   help="silence that ends your utterance (default %(default)s)")
+                   help="silence that ends your utterance when nothing better is known "
+                   "(default %(default)s; with speculation the endpoint policy decides "
+                   "from what you said, see docs/live.md)")
+    p.add_argument("--no-speculate", dest="speculate", action="store_false",
+                   help="start the turn only at the end of your utterance (no speculative "
+                   "start at the first pause, a fixed --end-silence-ms)")
+    p.add_argument("--pause-ms", type=int, default=200, metavar="MS",
+                   help="pause that starts a speculative turn (default %(default)s)")
     p.add_argument("--bargein-min-ms", type=int, default=300, metavar="MS",
                    help="speech over the assistant that interrupts it (default %(default)s; "
                    "the echo guard adds 200 ms unless --headphones)")
@@ -73,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         if args.list_devices:
             print(list_devices())
             return 0
-        if args.end_silence_ms < 100 or args.bargein_min_ms < 0:
-            raise UserError("--end-silence-ms must be >= 100 and --bargein-min-ms >= 0")
+        if args.end_silence_ms < 100 or args.bargein_min_ms < 0 or args.pause_ms < 64:
+            raise UserError("--end-silence-ms must be >= 100, --pause-ms >= 64 and "
+                            "--bargein-min-ms >= 0")
         mic_name = check_input_device(device_arg(args.input_device))
         speaker_name = check_output_device(device_arg(args.output_device))
     except AudioDeviceError as e:
@@ -135,6 +141,7 @@ class Status:
 
 async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> int:
     from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
+    from pipeline.live import LiveTurnTaker
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
     from pipeline.speaker import SoundDeviceSink
     from pipeline.tasks import TaskSet
@@ -155,14 +162,20 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
     bargein = BargeIn(runner)
     runner.listeners.append(bargein.on_event)
     segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
-        end_silence_ms=args.end_silence_ms, bargein_min_ms=args.bargein_min_ms))
-    utterances: asyncio.Queue[tuple[UtteranceEnd, float]] = asyncio.Queue()
+        end_silence_ms=args.end_silence_ms, bargein_min_ms=args.bargein_min_ms,
+        pause_ms=args.pause_ms if args.speculate else None))
+    live = LiveTurnTaker(runner, segmenter, on_turn=lambda turn: _report(turn, status),
+                         speculate=args.speculate)
 
     def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
         if during_playback:  # began over the assistant and did not barge in: not a turn
             log.info("ignored %.0f ms of speech over the reply", u.speech_ms)
             return
-        utterances.put_nowait((u, time.monotonic()))
+        live.on_utterance(u)
+
+    def on_segment(ev: SegmentEvent) -> None:
+        status.on_segment(ev, runner.busy)
+        live.on_segment(ev)
 
     tasks = TaskSet("talk")
     try:
@@ -171,13 +184,14 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
             watcher = tasks.spawn("bargein", bargein.watch(
                 mic, segmenter, on_utterance, detector=SustainedSpeech(args.bargein_min_ms),
                 tap=sink, guard=EchoGuard(enabled=not args.headphones),
-                on_segment=lambda ev: status.on_segment(ev, runner.busy)))
+                on_segment=on_segment))
             print(f"ready: listening on {mic_name!r}, speaking on {speaker_name!r} "
                   f"({args.mode}{', headphones' if args.headphones else ''}); Ctrl-C ends",
                   flush=True)
             status.set("listening")
-            await _conversation(runner, utterances, status, watcher)
+            await watcher  # until the device goes away (its error ends the talk) or Ctrl-C
     finally:
+        await live.close()
         await tasks.cancel_all()
         await sink.close()
         await assistant.close()
@@ -189,30 +203,21 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
     return 0
 
 
-async def _conversation(runner: TurnRunner,
-                        utterances: asyncio.Queue[tuple[UtteranceEnd, float]],
-                        status: Status, watcher: asyncio.Task[None]) -> None:
+def _report(turn: LiveTurn, status: Status) -> None:
+    """The lines under the status after each turn: what was heard and said, the numbers."""
     from services.timeline import summary_line
 
-    while True:
-        get = asyncio.ensure_future(utterances.get())
-        # if the microphone task ends (device lost), the conversation ends with it
-        done, _ = await asyncio.wait({get, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if get not in done:
-            get.cancel()
-            watcher.result()  # re-raises the device error, if that is why it ended
-            return
-        utterance, detected_at = get.result()
-        # t = 0 is when the end of the utterance was decided: the turn could not start
-        # earlier; the end-of-speech silence before it is shown separately
-        wait_ms = (utterance.detected_sample - utterance.end_sample) * 1000 / SAMPLE_RATE
-        result = await runner.run(utterance.audio, t0=detected_at)
-        said = result.heard if result.interrupted else result.reply
-        status.line(f"you: {result.transcript}")
-        if result.error:
-            status.line(f"  error: {result.error}")
-        else:
-            status.line(f"assistant: {said.strip()}"
-                        + ("  [interrupted]" if result.interrupted else ""))
-        status.line(f"  {summary_line(result.metrics)} · end-of-speech wait {wait_ms:.0f} ms")
-        status.set("listening")
+    result = turn.result
+    said = result.heard if result.interrupted else result.reply
+    status.line(f"you: {result.transcript}")
+    if result.error:
+        status.line(f"  error: {result.error}")
+    else:
+        status.line(f"assistant: {said.strip()}"
+                    + ("  [interrupted]" if result.interrupted else ""))
+    live = (f"speculative, endpoint {turn.endpoint_ms:.0f} ms" if turn.speculative
+            else f"end-of-speech wait {turn.endpoint_ms:.0f} ms")
+    mouth = turn.first_audio_from_speech_end_ms
+    status.line(f"  {summary_line(result.metrics)} · {live}"
+                + ("" if mouth is None else f" · from your last sound {mouth:.0f} ms"))
+    status.set("listening")

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Mouth to ear, measured on the audio: `voice-llm talk` through PulseAudio, speculation on vs off.
+
+A private PulseAudio daemon gets three sinks: ``mic`` (its monitor is talk's microphone),
+``speaker`` (where talk plays) and ``both``, a combine sink feeding the two at once. Each
+question WAV is played into ``both``: talk hears it through ``mic``, and the same samples
+land in the ``speaker`` recording at the same moment. So one recording holds the question
+and the reply on one clock, and the gap from the question's last voiced sample to the
+reply's first sample is read off the samples themselves, device and buffer latency
+included; no timestamp is assumed. The events file splits the gap into endpoint wait, ASR,
+LLM to the first sentence, its TTS, and the rest (device / buffers / hand-offs).
+
+Same questions, both conditions, alternating order per round, one talk process per
+(round, condition); the LLM server is shared. Usage:
+
+    scripts/bench_live.py [WAV_OR_DIR ...] [--rounds 2] [--out out/live] [--llm-url URL]
+
+Writes live.json (every turn) and live.md (the table), prints the table. Needs PulseAudio
+(scripts/setup installs it) and nothing else on the CPU: it is a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import wave
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the PulseAudio helpers the tests use
+sys.path.insert(0, str(ROOT))
+
+from pulse import EventLog, private_pulse  # noqa: E402
+
+FRAME_S = 0.01  # 10 ms analysis frames
+LOUD = 0.01  # RMS (about -40 dBFS): speech, not a null sink's silence
+CONDITIONS = {"speculation on": [], "speculation off": ["--no-speculate"]}
+
+
+@dataclass
+class Turn:
+    condition: str
+    round: int
+    file: str
+    transcript: str
+    mouth_to_ear_ms: float | None  # measured on the recording
+    speech_end_ms: float | None  # pipeline: last voiced window -> t = 0
+    first_audio_ms: float | None  # pipeline: t = 0 -> first sample handed to the sink
+    asr_ms: float | None
+    first_sentence_ms: float | None
+    tts_first_ms: float | None
+    speculative: bool
+    error: str | None
+
+    @property
+    def device_ms(self) -> float | None:
+        if None in (self.mouth_to_ear_ms, self.speech_end_ms, self.first_audio_ms):
+            return None
+        return round(self.mouth_to_ear_ms - self.speech_end_ms - self.first_audio_ms, 1)  # type: ignore[operator]
+
+
+def frame_rms(samples: np.ndarray) -> np.ndarray:
+    n = int(16000 * FRAME_S)
+    frames = samples[: samples.size // n * n].reshape(-1, n)
+    return np.sqrt(np.mean(frames ** 2, axis=1))
+
+
+def read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path)) as w:
+        if w.getframerate() != 16000 or w.getsampwidth() != 2:
+            raise SystemExit(f"{path}: the bench needs 16 kHz 16-bit WAVs")
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+        return pcm.reshape(-1, w.getnchannels())[:, 0].astype(np.float32) / 32768
+
+
+def voiced_span(path: Path) -> tuple[float, float]:
+    """(first, last) loud frame of a question, seconds from its start."""
+    loud = np.flatnonzero(frame_rms(read_wav(path)) > LOUD)
+    return loud[0] * FRAME_S, (loud[-1] + 1) * FRAME_S
+
+
+def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extra: list[str],
+                  work: Path) -> tuple[Path, list[dict[str, object]], list[float]]:
+    """One talk process over all questions; returns (recording, events, play start times)."""
+    events_path, recording = work / "events.jsonl", work / "speaker.wav"
+    talk = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "talk", "--llm-url", llm_url, "--headphones",
+         "--input-device", "pulse", "--output-device", "pulse", "--events", str(events_path),
+         "--max-sentences", "2", *extra],
+        cwd=ROOT, env={**env, "VOICE_LLM_STATE": str(work / "state")},
+        stdout=subprocess.PIPE, stderr=open(work / "talk.log", "w"), text=True)
+    recorder = None
+    try:
+        assert talk.stdout is not None
+        ready = talk.stdout.readline()
+        if not ready.startswith("ready:"):
+            raise SystemExit(f"talk did not start: {(work / 'talk.log').read_text()[-500:]}")
+        recorder = subprocess.Popen(["parecord", "--device=speaker.monitor", "--rate=16000",
+                                     "--channels=1", "--file-format=wav", str(recording)],
+                                    env=env)
+        time.sleep(1.0)
+        log = EventLog(events_path)
+        for turn, question in enumerate(questions, 1):
+            subprocess.run(["paplay", "--device=both", str(question)], env=env, check=True,
+                           timeout=60)
+            log.wait(turn, "turn.end", 120, talk)
+            time.sleep(0.8)  # a quiet gap the analysis can rely on
+    finally:
+        talk.send_signal(signal.SIGINT)
+        try:
+            talk.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            talk.kill()
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait(timeout=10)
+    log.poll()
+    return recording, log.events, []
+
+
+def measure_gaps(recording: Path, questions: list[Path]) -> list[float | None]:
+    """Question end -> reply start, from the one recording holding both."""
+    rms = frame_rms(read_wav(recording))
+    loud = rms > LOUD
+    gaps: list[float | None] = []
+    cursor = 0
+    for question in questions:
+        first, last = voiced_span(question)
+        onsets = np.flatnonzero(loud[cursor:])
+        if onsets.size == 0:
+            gaps.append(None)
+            continue
+        onset = cursor + onsets[0]
+        q_end = onset + int(round((last - first) / FRAME_S))
+        after = np.flatnonzero(loud[q_end + 3:])  # 30 ms past the question's last frame
+        if after.size == 0:
+            gaps.append(None)
+            break
+        reply = q_end + 3 + after[0]
+        gaps.append(round((reply - q_end) * FRAME_S * 1000, 1))
+        # the reply ends at the first 0.6 s of quiet after it (questions are 0.8 s apart)
+        quiet = np.flatnonzero(np.convolve(~loud[reply:], np.ones(60), "valid") == 60)
+        cursor = reply + (quiet[0] if quiet.size else 0) + 1
+    return gaps
+
+
+def turns_of(condition: str, round_: int, questions: list[Path], events: list[dict[str, object]],
+             gaps: list[float | None]) -> list[Turn]:
+    out = []
+    for i, question in enumerate(questions, 1):
+        mine = [e for e in events if e["turn"] == i]
+        end = next((e for e in mine if e["stage"] == "turn" and e["event"] == "end"), None)
+        m = dict(end["metrics"]) if end else {}  # type: ignore[call-overload]
+        text = next((str(e["text"]) for e in mine if e["stage"] == "asr" and e["event"] == "end"),
+                    "")
+        error = next((str(e["message"]) for e in mine if e["event"] == "error"), None)
+        out.append(Turn(condition, round_, question.name, text, gaps[i - 1] if i <= len(gaps)
+                        else None, m.get("speech_end_ms"), m.get("first_audio_ms"),
+                        m.get("asr_ms"), m.get("first_sentence_ms"), m.get("tts_first_ms"),
+                        m.get("speculation_confirmed_ms") is not None, error))
+    return out
+
+
+def speculation_counts(events: list[dict[str, object]]) -> dict[str, int]:
+    counts = {"started": 0, "confirmed": 0, "cancelled": 0, "cancelled_idle": 0,
+              "wasted_tokens": 0}
+    by_turn: dict[object, list[dict[str, object]]] = {}
+    for e in events:
+        by_turn.setdefault(e["turn"], []).append(e)
+    for evs in by_turn.values():
+        names = {f"{e['stage']}.{e['event']}" for e in evs}
+        counts["started"] += "speculation.start" in names
+        counts["confirmed"] += "speculation.confirmed" in names
+        if "speculation.cancelled" in names:
+            counts["cancelled"] += 1
+            idle = [e for e in evs if e["stage"] == "server" and e.get("confirmed")]
+            asked = any(e["stage"] == "llm" and e["event"] == "request" for e in evs)
+            counts["cancelled_idle"] += bool(idle) or not asked
+            for e in evs:
+                if e["stage"] == "llm" and e["event"] == "end":
+                    counts["wasted_tokens"] += int((e.get("timings") or {}).get("predicted_n")  # type: ignore[union-attr]
+                                                   or 0)
+    return counts
+
+
+def p(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return round(s[lo] + (s[hi] - s[lo]) * (k - lo), 1)
+
+
+def table(turns: list[Turn], counts: dict[str, dict[str, int]]) -> str:
+    cols = [("mouth to ear (audio)", "mouth_to_ear_ms"), ("endpoint wait", "speech_end_ms"),
+            ("asr", "asr_ms"), ("llm → 1st sentence", "first_sentence_ms"),
+            ("tts 1st sentence", "tts_first_ms"), ("t0 → first audio", "first_audio_ms"),
+            ("device / buffers", "device_ms")]
+    lines = ["| ms, p50 (p95) | " + " | ".join(CONDITIONS) + " |",
+             "|---|" + "---:|" * len(CONDITIONS)]
+    for label, key in cols:
+        cells = []
+        for cond in CONDITIONS:
+            vals = [getattr(t, key) for t in turns if t.condition == cond]
+            vals = [v for v in vals if v is not None]
+            cells.append(f"{p(vals, 50)} ({p(vals, 95)})" if vals else "-")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    on = [t.mouth_to_ear_ms for t in turns if t.condition == "speculation on" and t.mouth_to_ear_ms]
+    off = [t.mouth_to_ear_ms for t in turns if t.condition == "speculation off"
+           and t.mouth_to_ear_ms]
+    if on and off:
+        lines.append(f"\nmouth-to-ear p50 on / off = **{p(on, 50) / p(off, 50):.2f}**"  # type: ignore[operator]
+                     f" ({len(on)} and {len(off)} turns)")
+    c = counts.get("speculation on", {})
+    if c:
+        lines.append(f"speculation: started {c['started']}, confirmed {c['confirmed']}, "
+                     f"cancelled {c['cancelled']} (slot confirmed idle: "
+                     f"{c['cancelled_idle']}/{c['cancelled']}), wasted tokens "
+                     f"{c['wasted_tokens']}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("inputs", nargs="*", type=Path, default=[ROOT / "samples"])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "live")
+    ap.add_argument("--llm-url", default="http://127.0.0.1:8080")
+    args = ap.parse_args()
+    questions = sorted(q for i in args.inputs for q in (i.glob("*.wav") if i.is_dir() else [i]))
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from services.find_server import ensure_server
+
+    llm_url = ensure_server(args.llm_url)
+    turns: list[Turn] = []
+    counts: dict[str, dict[str, int]] = {}
+    with private_pulse() as env:
+        subprocess.run(["pactl", "load-module", "module-combine-sink", "sink_name=both",
+                        "slaves=mic,speaker"], env=env, check=True, capture_output=True)
+        for round_ in range(1, args.rounds + 1):
+            order = list(CONDITIONS) if round_ % 2 else list(reversed(CONDITIONS))
+            for cond in order:
+                work = args.out / f"r{round_}-{cond.replace(' ', '-')}"
+                work.mkdir(parents=True, exist_ok=True)
+                print(f"round {round_}: {cond} ({len(questions)} questions) ...", flush=True)
+                recording, events, _ = run_condition(env, llm_url, questions, CONDITIONS[cond],
+                                                     work)
+                gaps = measure_gaps(recording, questions)
+                turns += turns_of(cond, round_, questions, events, gaps)
+                got = speculation_counts(events)
+                prev = counts.setdefault(cond, dict.fromkeys(got, 0))
+                for k, v in got.items():
+                    prev[k] += v
+    report = table(turns, counts)
+    (args.out / "live.json").write_text(json.dumps(
+        {"turns": [asdict(t) | {"device_ms": t.device_ms} for t in turns],
+         "speculation": counts}, indent=2) + "\n")
+    (args.out / "live.md").write_text(
+        f"# Mouth to ear (`scripts/bench_live.py`), {time.strftime('%Y-%m-%d %H:%M')}\n\n"
+        f"{report}\n")
+    print(report)
+    errors = [t for t in turns if t.error]
+    for t in errors:
+        print(f"  {t.condition} r{t.round} {t.file}: {t.error}")
+    med = statistics.median([t.mouth_to_ear_ms for t in turns if t.mouth_to_ear_ms] or [0])
+    print(f"\nreport: {args.out / 'live.md'} (all turns: live.json); overall p50 {med:.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
