@@ -1,4 +1,5 @@
-"""WhisperAsr with the real bundled Whisper base on the shipped sample turns."""
+"""WhisperAsr with the real bundled Whisper base: both windows on the shipped sample turns,
+the speech gate on silence and noise, and a whole turn that must end before the LLM."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from models_fixture import whisper_model_dir
 
-from pipeline.asr import WhisperAsr
+from pipeline.asr import FULL_WINDOW_FRAMES, WhisperAsr
 from pipeline.audio_in import SAMPLE_RATE, load_wav
 
 pytestmark = pytest.mark.integration
@@ -51,15 +52,62 @@ def test_word_error_rate_helper() -> None:
     assert word_error_rate(["a", "b"], []) == 1
 
 
+@pytest.mark.parametrize("window", ["fitted", "full"])
 @pytest.mark.parametrize("name", sorted(TRANSCRIPTS))
-def test_transcribes_shipped_sample(asr: WhisperAsr, name: str) -> None:
+def test_transcribes_shipped_sample(asr: WhisperAsr, name: str, window: str) -> None:
     audio = load_wav(SAMPLES / name)
     started = time.monotonic()
-    text = asr.transcribe(audio)
+    result = asr.recognize(audio, window=window)  # type: ignore[arg-type]
     ms = 1000 * (time.monotonic() - started)
-    print(f"\n[asr] {name}: {ms:.0f} ms for {audio.size / SAMPLE_RATE:.2f} s -> {text!r}")
-    assert text == text.strip()
-    assert word_error_rate(words(TRANSCRIPTS[name]), words(text)) <= MAX_WER, text
+    print(f"\n[asr] {name} {window}: {ms:.0f} ms for {audio.size / SAMPLE_RATE:.2f} s, "
+          f"{result.frames} frames -> {result.text!r}")
+    assert result.text == result.text.strip()
+    assert result.window == window and not result.fell_back
+    assert (result.frames < FULL_WINDOW_FRAMES) == (window == "fitted")
+    assert word_error_rate(words(TRANSCRIPTS[name]), words(result.text)) <= MAX_WER, result
+
+
+def test_default_window_is_fitted(asr: WhisperAsr) -> None:
+    assert asr.window == "fitted"
+    assert asr.recognize(load_wav(SAMPLES / "03_sky_blue.wav")).window == "fitted"
+
+
+def test_quiet_and_noisy_speech_still_pass_the_gate(asr: WhisperAsr) -> None:
+    audio = load_wav(SAMPLES / "01_sleep_tips.wav")
+    rng = np.random.default_rng(1)
+    noisy = audio + (rng.standard_normal(audio.size) * 0.02).astype(np.float32)
+    for variant in (audio * 0.03, noisy):
+        text = asr.transcribe(variant)
+        assert word_error_rate(words(TRANSCRIPTS["01_sleep_tips.wav"]), words(text)) <= 0.3
+
+
+def non_speech() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    n = 3 * SAMPLE_RATE
+    t = np.arange(n) / SAMPLE_RATE
+    clicks = np.zeros(n, dtype=np.float32)
+    clicks[rng.integers(0, n, 8)] = 0.8
+    return {
+        "digital silence": np.zeros(n, dtype=np.float32),
+        "white noise": (rng.standard_normal(n) * 0.03).astype(np.float32),
+        "tone": (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32),
+        "clicks": clicks,
+    }
+
+
+@pytest.mark.parametrize("what", sorted(non_speech()))
+def test_silence_and_noise_transcribe_as_nothing(asr: WhisperAsr, what: str) -> None:
+    result = asr.recognize(non_speech()[what])
+    assert result.text == "", result
+    assert result.gate is not None and not result.gate.speech and result.gate.reason
+
+
+def test_long_audio_takes_the_30s_window(asr: WhisperAsr) -> None:
+    audio = load_wav(SAMPLES / "03_sky_blue.wav")
+    long = np.concatenate([audio, np.zeros(28 * SAMPLE_RATE, dtype=np.float32)])
+    result = asr.recognize(long)
+    assert result.window == "full" and result.frames >= FULL_WINDOW_FRAMES
+    assert word_error_rate(words(TRANSCRIPTS["03_sky_blue.wav"]), words(result.text)) <= MAX_WER
 
 
 def test_empty_audio_is_empty_text(asr: WhisperAsr) -> None:
@@ -70,3 +118,30 @@ def test_load_is_idempotent(asr: WhisperAsr) -> None:
     model = asr._model
     asr.load()
     assert asr.loaded and asr._model is model
+
+
+async def test_a_silent_turn_ends_as_no_speech_without_an_llm_request(asr: WhisperAsr) -> None:
+    from fake_llm import FakeLlm, Reply
+
+    from pipeline.audio_out import RealtimeNullSink
+    from pipeline.llm_client import LlmClient
+    from pipeline.turn import TurnRunner
+
+    class NoTts:
+        sample_rate = 16000
+
+        def synthesize(self, text: str) -> np.ndarray:
+            raise AssertionError("nothing should be spoken")
+
+        def abort(self, thread_id: int | None = None) -> None:
+            pass
+
+    async with FakeLlm(Reply(tokens=["Hello."])) as fake, LlmClient(fake.url) as client:
+        sink = RealtimeNullSink()
+        await sink.open(16000)
+        runner = TurnRunner(asr, client, NoTts(), sink)  # type: ignore[arg-type]
+        result = await runner.run(np.zeros(3 * SAMPLE_RATE, dtype=np.float32))
+        await sink.close()
+        assert result.error is not None and "no speech" in result.error
+        assert fake.requests == []
+        assert runner.conversation.history == []

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Whisper's fitted window against the 30 s window, the padding it needs, and the gate.
+
+All with the real bundled Whisper base (int8, beam 1, 2 threads) on real clips:
+
+* ``window``: the same utterances through the old path (30 s window, no gate) and the new
+  one (fitted window + speech gate), interleaved, ``--repeats`` times; ASR time p50/p95,
+  the ratio, and the word error rate of each on the samples and the held-out questions.
+* ``pad``: word error rate, repetition loops and time of the fitted window for several
+  paddings after the audio (no fallback, so a loop shows).
+* ``gate``: false-reject / false-accept rates of several no-speech rules on the clips of
+  ``scripts/make_gate_clips.py`` (run that first), per category for the shipped gate.
+
+Run it alone on the machine (timings): ``flock /tmp/cpu.lock .venv/bin/python
+scripts/bench_asr.py window``. Results are printed as markdown and saved as JSON in
+``--out`` (default out/bench_asr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.asr import (  # noqa: E402
+    MAX_COMPRESSION_RATIO,
+    Transcript,
+    WhisperAsr,
+    compression_ratio,
+    decode_cap,
+    fitted_frames,
+    repeated_phrase,
+)
+from pipeline.audio_in import SAMPLE_RATE, load_wav  # noqa: E402
+from pipeline.speech_gate import GateConfig, vad_verdict, whisper_verdict  # noqa: E402
+
+CLIPS = ROOT / "out" / "gate_clips"
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+def edits(reference: list[str], hypothesis: list[str]) -> int:
+    """Word-level Levenshtein distance."""
+    row = list(range(len(hypothesis) + 1))
+    for i, ref in enumerate(reference, 1):
+        prev, row[0] = row[0], i
+        for j, hyp in enumerate(hypothesis, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ref != hyp))
+    return row[-1]
+
+
+def wer(pairs: list[tuple[str, str]]) -> tuple[float, int, int]:
+    """(WER, word errors, reference words) over (reference, hypothesis) pairs."""
+    errors = sum(edits(words(r), words(h)) for r, h in pairs)
+    total = sum(len(words(r)) for r, _ in pairs)
+    return errors / max(1, total), errors, total
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def speech_clips(clips_dir: Path) -> list[tuple[str, str, str, np.ndarray]]:
+    """(set, name, reference text, audio): the samples, then the held-out questions."""
+    out = []
+    transcripts = json.loads((ROOT / "samples" / "transcripts.json").read_text())
+    for name, text in sorted(transcripts.items()):
+        out.append(("samples", name, text, load_wav(ROOT / "samples" / name)))
+    manifest = clips_dir / "manifest.json"
+    if manifest.exists():
+        for name, item in sorted(json.loads(manifest.read_text()).items()):
+            if item["category"] == "held-out question":
+                out.append(("held-out", name, item["text"], load_wav(clips_dir / name)))
+    else:
+        print(f"(no {manifest}: samples only; run scripts/make_gate_clips.py for more)")
+    return out
+
+
+def load_asr(args: argparse.Namespace, **kwargs: Any) -> WhisperAsr:
+    from services.models import whisper_model_dir
+
+    asr = WhisperAsr(whisper_model_dir(), threads=args.threads, **kwargs)
+    asr.load()
+    asr.recognize(np.zeros(SAMPLE_RATE, dtype=np.float32), window="full", gated=False)
+    return asr
+
+
+def timed(fn: Callable[[], Transcript]) -> tuple[float, Transcript]:
+    started = time.perf_counter()
+    result = fn()
+    return (time.perf_counter() - started) * 1000, result
+
+
+def bench_window(args: argparse.Namespace) -> dict[str, Any]:
+    asr = load_asr(args)
+    clips = speech_clips(args.clips)
+    ways: dict[str, Callable[[np.ndarray], Transcript]] = {
+        "full (old: 30 s window, no gate)":
+            lambda a: asr.recognize(a, window="full", gated=False),
+        "fitted, no gate": lambda a: asr.recognize(a, window="fitted", gated=False),
+        "fitted + gate (new default)": lambda a: asr.recognize(a, window="fitted"),
+    }
+    ms: dict[str, list[float]] = {k: [] for k in ways}
+    texts: dict[str, dict[str, str]] = {k: {} for k in ways}
+    fell_back: dict[str, int] = {k: 0 for k in ways}
+    for rep in range(args.repeats):
+        for i, (_set, name, _text, audio) in enumerate(clips):
+            order = list(ways) if (rep + i) % 2 == 0 else list(reversed(ways))
+            for way in order:
+                took, result = timed(lambda w=way, a=audio: ways[w](a))
+                ms[way].append(took)
+                if rep == 0:
+                    texts[way][name] = result.text
+                    fell_back[way] += bool(result.fell_back)
+    rows = []
+    base = statistics.median(ms[next(iter(ways))])
+    for way in ways:
+        row: dict[str, Any] = {"way": way, "p50": statistics.median(ms[way]),
+                               "p95": pct(ms[way], 0.95), "fell_back": fell_back[way]}
+        row["ratio"] = row["p50"] / base
+        for subset in ("samples", "held-out"):
+            pairs = [(t, texts[way][n]) for s, n, t, _ in clips if s == subset]
+            if pairs:
+                row[subset] = wer(pairs)
+        rows.append(row)
+    print(f"\n{len(clips)} utterances ({sum(c[0] == 'samples' for c in clips)} samples, "
+          f"{sum(c[0] == 'held-out' for c in clips)} held-out) x {args.repeats} repeats, "
+          f"interleaved; {args.threads} threads\n")
+    print("| path | asr ms p50 | p95 | p50 vs old | WER samples | WER held-out | fell back |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        def w(key: str, r: dict[str, Any] = r) -> str:
+            return (f"{r[key][0]:.3f} ({r[key][1]}/{r[key][2]})" if key in r else "-")
+        print(f"| {r['way']} | {r['p50']:.0f} | {r['p95']:.0f} | {r['ratio']:.2f} | "
+              f"{w('samples')} | {w('held-out')} | {r['fell_back']} |")
+    diffs = [(n, texts[a][n], texts[b][n]) for a, b in [(list(ways)[0], list(ways)[2])]
+             for _s, n, _t, _a in clips if words(texts[a][n]) != words(texts[b][n])]
+    for name, old, new in diffs:
+        print(f"  differs {name}: old {old!r} / new {new!r}")
+    return {"rows": rows, "texts": texts, "ms": ms}
+
+
+def bench_pad(args: argparse.Namespace) -> dict[str, Any]:
+    asr = load_asr(args, gate=False)
+    clips = speech_clips(args.clips)
+    rows = []
+    print("\n| pad after audio | WER (errors/words) | loops | fitted ms p50 |")
+    print("|---:|---:|---:|---:|")
+    for pad in args.pads:
+        pairs, loops, ms = [], 0, []
+        for _set, _name, text, audio in clips:
+            took, result = timed(lambda a=audio, p=pad: asr._fitted(
+                a, fitted_frames(a.size, p)))
+            ms.append(took)
+            pairs.append((text, result.text))
+            loops += (result.tokens >= decode_cap(audio.size)
+                      or compression_ratio(result.text) > MAX_COMPRESSION_RATIO
+                      or bool(repeated_phrase(result.text)))
+        rate, errors, total = wer(pairs)
+        rows.append({"pad_s": pad, "wer": rate, "errors": errors, "words": total,
+                     "loops": loops, "p50": statistics.median(ms)})
+        print(f"| {pad:.1f} s | {rate:.3f} ({errors}/{total}) | {loops}/{len(clips)} | "
+              f"{statistics.median(ms):.0f} |")
+    return {"rows": rows}
+
+
+RULES: dict[str, Callable[[dict[str, Any], GateConfig], bool]] = {
+    # True = "this is speech, send it on"
+    "no gate (any text)": lambda c, g: bool(words(c["text"])),
+    "Whisper: no-speech > 0.6 and log-prob < -1": lambda c, g: bool(words(c["text"])) and not (
+        c["no_speech"] > 0.6 and c["logprob"] < -1.0),
+    "Whisper: no-speech > 0.4": lambda c, g: bool(words(c["text"])) and c["no_speech"] <= 0.4,
+    "Silero only": lambda c, g: bool(words(c["text"])) and vad_verdict(c["ev"], g).speech,
+    "shipped gate (Silero, then Whisper)": lambda c, g: vad_verdict(c["ev"], g).speech
+    and whisper_verdict(c["text"], c["no_speech"], c["logprob"], g).speech,
+    # Not shipped: the price of also refusing voices without words (reversed speech).
+    "shipped gate + log-prob floor -1.5": lambda c, g: vad_verdict(c["ev"], g).speech
+    and whisper_verdict(c["text"], c["no_speech"], c["logprob"], g).speech
+    and c["logprob"] >= -1.5,
+}
+
+
+def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
+    manifest_path = args.clips / "manifest.json"
+    if not manifest_path.exists():
+        sys.exit(f"{manifest_path}: missing; run scripts/make_gate_clips.py first")
+    manifest = json.loads(manifest_path.read_text())
+    asr = load_asr(args)
+    assert asr.gate is not None
+    config = asr.gate.config
+    results: dict[str, list[dict[str, Any]]] = {}
+    for window in args.windows:
+        rows = []
+        for name, item in sorted(manifest.items()):
+            audio = load_wav(args.clips / name)
+            ev = asr.gate.evidence(audio)
+            raw = asr.recognize(audio, window=window, gated=False)
+            rows.append({"name": name, **item, "ev": ev, "text": raw.text,
+                         "no_speech": raw.no_speech_prob, "logprob": raw.avg_logprob,
+                         "fell_back": raw.fell_back})
+        results[window] = rows
+        speech = [r for r in rows if r["speech"]]
+        other = [r for r in rows if not r["speech"]]
+        print(f"\n### {window} window: {len(speech)} speech clips, {len(other)} non-speech\n")
+        print("| rule | false rejects (speech dropped) | false accepts (non-speech sent on) |")
+        print("|---|---:|---:|")
+        for rule, accepts in RULES.items():
+            fr = [r["name"] for r in speech if not accepts(r, config)]
+            fa = [r["name"] for r in other if accepts(r, config)]
+            print(f"| {rule} | {len(fr)}/{len(speech)} ({len(fr) / len(speech):.0%}) | "
+                  f"{len(fa)}/{len(other)} ({len(fa) / len(other):.0%}) |")
+        print("\nshipped gate by category:\n")
+        print("| category | clips | sent on to the LLM |")
+        print("|---|---:|---:|")
+        for category in dict.fromkeys(r["category"] for r in rows):
+            group = [r for r in rows if r["category"] == category]
+            passed = sum(RULES["shipped gate (Silero, then Whisper)"](r, config) for r in group)
+            print(f"| {category} ({'speech' if group[0]['speech'] else 'not speech'}) | "
+                  f"{len(group)} | {passed} |")
+        if args.verbose:
+            print("\n| clip | speech | voiced ms | no-speech | log-prob | text |")
+            print("|---|---|---:|---:|---:|---|")
+            for r in rows:
+                print(f"| {r['name']} | {r['speech']} | {r['ev'].voiced_ms:.0f} | "
+                      f"{r['no_speech']:.2f} | {r['logprob']:.2f} | {r['text'][:50]!r} |")
+    return {w: [{k: (v.__dict__ if k == "ev" else v) for k, v in r.items()} for r in rows]
+            for w, rows in results.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("what", choices=("window", "pad", "gate"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pads", type=float, nargs="+",
+                        default=[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
+    parser.add_argument("--windows", nargs="+", default=["fitted", "full"])
+    parser.add_argument("--clips", type=Path, default=CLIPS)
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_asr")
+    parser.add_argument("-v", "--verbose", action="store_true", help="gate: every clip")
+    args = parser.parse_args()
+    import os
+
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    result = {"window": bench_window, "pad": bench_pad, "gate": bench_gate}[args.what](args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{args.what}.json"
+    path.write_text(json.dumps(result, indent=1, default=str))
+    print(f"\n(json: {path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
