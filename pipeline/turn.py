@@ -84,6 +84,9 @@ class TurnConfig:
     temperature: float = 0.3
     seed: int | None = 1234
     slot_idle_timeout: float = 1.0
+    # The server slot this conversation owns (serve: one per session, so its KV prefix
+    # stays cached); None lets llama-server choose. Barge-in then waits on this slot only.
+    id_slot: int | None = None
     volatile: Callable[[], str | None] | None = None  # per-turn text, placed last
 
 
@@ -266,7 +269,7 @@ class _Turn:
     async def run_stages(self, sent: list[Message]) -> None:
         opts = ChatOptions(max_tokens=self.cfg.max_tokens, cache_prompt=True,
                            temperature=self.cfg.temperature, seed=self.cfg.seed,
-                           extra={"timings_per_token": True})
+                           id_slot=self.cfg.id_slot, extra={"timings_per_token": True})
         # Created here, before any stage runs, so the llm stage and the hang-up share one
         # stream that no task has to hand to the other.
         self.stream = stream = self.runner.llm.stream_chat(sent, opts)
@@ -425,7 +428,10 @@ class _Turn:
             self.record_llm_end(stream, hung_up="speculation" if self.abandoned else "bargein")
 
     async def confirm_slot_idle(self) -> None:
-        """Poll /slots until no slot is processing: proof that the server stopped."""
+        """Poll /slots until the turn's slot is idle: proof that the server stopped.
+
+        With ``id_slot`` set only that slot counts (another conversation's busy slot is
+        not ours); without it, any busy slot might be ours, so all must be idle."""
         deadline = time.monotonic() + self.cfg.slot_idle_timeout
         while time.monotonic() < deadline:
             try:
@@ -433,7 +439,9 @@ class _Turn:
             except LlmError as e:
                 self.rec.emit(EventName.SLOT_IDLE, confirmed=False, reason=str(e))
                 return
-            if not any(s.get("is_processing") for s in slots):
+            own = [s for s in slots
+                   if self.cfg.id_slot is None or s.get("id") == self.cfg.id_slot]
+            if not any(s.get("is_processing") for s in own):
                 self.rec.emit(EventName.SLOT_IDLE, confirmed=True)
                 return
             await asyncio.sleep(0.005)
