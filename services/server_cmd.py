@@ -44,7 +44,9 @@ def _add_up_arguments(parser: argparse.ArgumentParser) -> None:
                         help="port on 127.0.0.1 (default: the port of --llm-url, 8080)")
     parser.add_argument("--threads", type=int, default=2, help="-t (default 2)")
     parser.add_argument("--ctx", type=int, default=4096, help="-c context tokens (default 4096)")
-    parser.add_argument("--parallel", type=int, default=1, help="-np slots (default 1)")
+    parser.add_argument("--slots", "--parallel", dest="parallel", type=int, default=1,
+                        help="-np: server slots, one per concurrent conversation; each "
+                        "gets ctx/N tokens of context (default 1)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for /health 200 (default 120)")
     parser.add_argument("server_args", nargs="*", metavar="SERVER_ARG",
@@ -69,7 +71,7 @@ def _up(server: LlamaServer, args: argparse.Namespace) -> int:
                             threads=args.threads, ctx=args.ctx, parallel=args.parallel,
                             extra_args=tuple(args.server_args), start_timeout=args.timeout)
     for value, flag in ((args.threads, "--threads"), (args.ctx, "--ctx"),
-                        (args.parallel, "--parallel")):
+                        (args.parallel, "--slots")):
         if value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
     info = server.start(options)
@@ -80,6 +82,9 @@ def _up(server: LlamaServer, args: argparse.Namespace) -> int:
     print(f"llama-server ready at {info.url} (pid {info.pid})")
     print(f"  model {info.model}")
     print(f"  n_ctx {info.n_ctx}  build {info.build}")
+    # llama-server splits -c evenly: a conversation longer than its share is refused.
+    print(f"  slots {args.parallel}, context per slot {args.ctx // args.parallel} tokens "
+          f"(--ctx {args.ctx} / --slots {args.parallel})")
     print(f"  log {info.log_path}")
     return 0
 

@@ -457,3 +457,21 @@ def test_llama_server_fixture_serves_the_bundled_model(llama_server: object) -> 
     assert [s.get("is_processing") for s in status.slots] == [False]  # -np 1: one idle slot
     assert "--cache-ram" in Path(f"/proc/{pid}/cmdline").read_text()
     assert "listening" in log_path.read_text()
+
+
+def test_up_slots_passes_np_and_states_context_per_slot(run: Run, state: Path,
+                                                        fake_bin: Path, model_file: Path,
+                                                        tmp_path: Path) -> None:
+    port = free_port()
+    code, out, _ = run("up", "--server-bin", str(fake_bin), "--model", str(model_file),
+                       "--port", str(port), "--slots", "3", "--ctx", "6144")
+    assert code == 0, out
+    argv = " ".join(json.loads((tmp_path / "argv.json").read_text()))
+    assert "-np 3" in argv and "-c 6144" in argv
+    assert "context per slot 2048 tokens" in out
+    run("down")
+
+
+def test_up_slots_must_be_positive(run: Run, state: Path) -> None:
+    code, _, err = run("up", "--slots", "0")
+    assert_one_line_error(code, err, "--slots")
