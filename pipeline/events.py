@@ -30,6 +30,7 @@ class EventName(StrEnum):
     LLM_CLOSED = "llm.closed"
     TTS_START = "tts.start"
     TTS_END = "tts.end"
+    TTS_ERROR = "tts.error"
     PLAYBACK_START = "playback.start"
     PLAYBACK_END = "playback.end"
     BARGEIN = "bargein.detected"

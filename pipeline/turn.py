@@ -245,7 +245,9 @@ class _Turn:
 
     async def transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
         transcript = await self._transcribe(audio, text)
-        if self.abandoned:  # speech resumed while Whisper ran: no LLM request for nothing
+        # Speech resumed while Whisper ran (or a stop signal closed the turn): no LLM
+        # request for a reply nobody will hear.
+        if self.abandoned or self.interrupted.is_set():
             raise _Abandoned
         return transcript
 
@@ -356,7 +358,18 @@ class _Turn:
             while (item := await self.sentences.get()) is not None:
                 index, sentence = item
                 self.rec.emit(EventName.TTS_START, index=index)
-                audio = await asyncio.to_thread(self.synthesize, speakable(sentence))
+                try:
+                    audio = await asyncio.to_thread(self.synthesize, speakable(sentence))
+                except Exception as e:
+                    if self.interrupted.is_set():  # barge-in aborted Piper: not a fault
+                        raise
+                    # One sentence the voice cannot speak must not silence the rest: it
+                    # is skipped (its text stays in the history, token for token) and
+                    # reported, and the next sentence is synthesized.
+                    log.warning("TTS failed on sentence %d: %s", index, e)
+                    self.rec.emit(EventName.TTS_ERROR, index=index,
+                                  message=f"{type(e).__name__}: {e}")
+                    audio = np.zeros(0, dtype=np.int16)
                 self.heard.set_audio(index, len(audio))
                 self.rec.emit(EventName.TTS_END, index=index,
                               audio_s=round(len(audio) / self.runner.tts.sample_rate, 3))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,43 +67,66 @@ async def _replay(args: argparse.Namespace) -> int:
     from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.bargein import BargeIn
 
+    stopper = turn_options.Stopper().install()
     write_event = turn_options.EventWriter(args.events)
-    assistant = await turn_options.assistant_for(args, args.mode)
-    sink = make_sink(args.play, args.out_wav)
-    await sink.open(assistant.tts.sample_rate)
-    runner = assistant.runner(sink, listeners=[write_event])
-    bargein = BargeIn(runner)
-    runner.listeners.append(bargein.on_event)
     turns: list[dict[str, Any]] = []
     failures = 0
-    interruption = await _load_interruption(args.interrupt_wav)
+    runner: TurnRunner | None = None
     try:
-        for wav in args.wavs:
-            try:
-                audio = await asyncio.to_thread(load_wav, wav)
-            except AudioFileError as e:
-                print(f"voice-llm replay: {e} (turn skipped)", file=sys.stderr)
-                failures += 1
-                continue
-            result = await _turn(runner, bargein, audio, args.interrupt_at)
-            failures += _report(result, str(wav), turns)
-            if result.interrupted and interruption is not None:
-                # The user's interrupting utterance is the next turn, as in a real talk.
-                result = await _turn(runner, bargein, interruption, None)
-                failures += _report(result, str(args.interrupt_wav), turns)
+        assistant = await turn_options.assistant_for(args, args.mode)
+        sink = make_sink(args.play, args.out_wav)
+        try:
+            await sink.open(assistant.tts.sample_rate)
+            runner = stopper.runner = assistant.runner(sink, listeners=[write_event])
+            bargein = BargeIn(runner)
+            runner.listeners.append(bargein.on_event)
+            interruption = await _load_interruption(args.interrupt_wav)
+            for wav in args.wavs:
+                if stopper.stopped:
+                    break
+                try:
+                    audio = await asyncio.to_thread(load_wav, wav)
+                except AudioFileError as e:
+                    print(f"voice-llm replay: {e} (turn skipped)", file=sys.stderr)
+                    failures += 1
+                    continue
+                result = await _turn(runner, bargein, audio, args.interrupt_at)
+                failures += _report(result, str(wav), turns)
+                _save(args.json, turns, runner)  # after every turn: a kill keeps the rest
+                if result.interrupted and interruption is not None and not stopper.stopped:
+                    # The user's interrupting utterance is the next turn, as in a real talk.
+                    result = await _turn(runner, bargein, interruption, None)
+                    failures += _report(result, str(args.interrupt_wav), turns)
+                    _save(args.json, turns, runner)
+        finally:
+            await sink.close()
+            await assistant.close()
+    except asyncio.CancelledError:
+        stopper.absorb()  # our signal: save what there is and exit 128 + signal
     finally:
-        await sink.close()
-        await assistant.close()
         write_event.close()
-    if args.json:
-        args.json.write_text(json.dumps(
-            {"turns": turns, "history": runner.conversation.to_json()}, indent=2,
-            ensure_ascii=False))
+        stopper.remove()
+    if runner is not None:
+        _save(args.json, turns, runner)
+    if stopper.signal is not None:
+        print(turn_options.saved_line("replay", stopper.signal, len(turns),
+                                      [("events to", args.events),
+                                       ("results and history to",
+                                        args.json if runner is not None else None)]),
+              file=sys.stderr)
+        return stopper.exit_code
+    assert runner is not None
     if args.interrupt_at is not None:
         for message in runner.conversation.history:
             if message["role"] == "assistant" and message["content"].endswith(INTERRUPTED_MARK):
                 print(f"history keeps what was heard: …{message['content'][-70:]!r}")
     return 1 if failures else 0
+
+
+def _save(path: Path | None, turns: list[dict[str, Any]], runner: TurnRunner) -> None:
+    if path is not None:
+        turn_options.write_json_atomic(path, {"turns": turns,
+                                              "history": runner.conversation.to_json()})
 
 
 async def _load_interruption(path: Path | None) -> np.ndarray | None:

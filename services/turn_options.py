@@ -4,13 +4,20 @@ assistant those options ask for, and the ``--events`` JSON-lines writer."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import tempfile
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.turn import MODES, TurnConfig
 
 if TYPE_CHECKING:
     from pipeline.events import Event
+    from pipeline.turn import TurnRunner
     from services.assistant import Assistant
 
 
@@ -68,17 +75,111 @@ async def assistant_for(args: argparse.Namespace, mode: str = "streamed") -> Ass
 
 
 class EventWriter:
-    """``--events FILE``: an event listener writing JSON lines, flushed per event so the
-    file can be followed live (``tail -f``, tests). Without a path it writes nothing."""
+    """``--events FILE``: an event listener writing JSON lines. Each line goes to the file
+    in one unbuffered ``write`` on an O_APPEND descriptor, so the file can be followed live
+    (``tail -f``, tests) and a ``kill -9`` loses at most the line being written. Without a
+    path it writes nothing."""
 
     def __init__(self, path: Path | None) -> None:
-        self._file: IO[str] | None = path.open("w") if path is not None else None
+        self.path = path
+        self.lines = 0
+        self._fd: int | None = (
+            os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            if path is not None else None)
 
     def __call__(self, ev: Event) -> None:
-        if self._file is not None:
-            self._file.write(ev.to_json() + "\n")
-            self._file.flush()
+        if self._fd is not None:
+            data = (ev.to_json() + "\n").encode()
+            while data:  # a regular file takes it all at once; a pipe may not
+                data = data[os.write(self._fd, data):]
+            self.lines += 1
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` through a temp file and a rename, so a reader (or
+    a process killed mid-write) only ever sees the previous or the new complete file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class Stopper:
+    """SIGINT / SIGTERM for the commands that run turns (replay, compare, lab).
+
+    The first signal closes the running turn the way barge-in does (``runner.interrupt``:
+    silence, stream closed, slot confirmed idle), so the command can save everything and
+    stop after it; with no turn running, or if the turn has not closed within ``grace``
+    seconds, or on a second signal, the main task is cancelled and its ``finally`` blocks
+    run. Installed explicitly: a process started in the background by a shell has SIGINT
+    ignored otherwise. ``exit_code`` is 128 + the signal (130 / 143), as a shell reports."""
+
+    def __init__(self, grace: float = 5.0) -> None:
+        self.grace = grace
+        self.signal: signal.Signals | None = None
+        self.runner: TurnRunner | None = None  # the runner whose turn a signal closes
+        self._main: asyncio.Task[Any] | None = None
+
+    def install(self) -> Stopper:
+        loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        return self
+
+    def remove(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    @property
+    def stopped(self) -> bool:
+        return self.signal is not None
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signal) if self.signal is not None else 0
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        first = self.signal is None
+        self.signal = self.signal or sig
+        if first and self.runner is not None and self.runner.interrupt(f"signal:{sig.name}"):
+            if self._main is not None:
+                asyncio.get_running_loop().call_later(self.grace, self._cancel)
+            return
+        self._cancel()
+
+    def _cancel(self) -> None:
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    def absorb(self) -> None:
+        """Called in ``except CancelledError``: re-raise unless the cancel was ours."""
+        if self.signal is None:
+            raise asyncio.CancelledError
+        task = asyncio.current_task()
+        if task is not None:
+            while task.cancelling():
+                task.uncancel()
+
+
+def saved_line(command: str, sig: signal.Signals, turns: int,
+               saved: list[tuple[str, Path | None]]) -> str:
+    """The one line a stopped command prints: what it finished and where it is."""
+    where = [f"{what} {path}" for what, path in saved if path is not None]
+    return (f"voice-llm {command}: stopped by {sig.name} after {turns} turn"
+            f"{'' if turns == 1 else 's'}; saved " + (", ".join(where) or "nothing (no "
+                                                       "--events/--json asked)"))

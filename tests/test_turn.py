@@ -165,16 +165,25 @@ async def test_unreachable_server_is_one_clear_line() -> None:
         assert runner.conversation.history == []
 
 
-async def test_tts_failure_ends_turn_cleanly_and_next_turn_works(slow_fake) -> None:
+async def test_tts_failure_skips_that_sentence_reports_it_and_speaks_the_rest(
+        slow_fake) -> None:
     fake, client = slow_fake
     tts = FakeTts(fail_on="bedroom")
     runner = await make_runner(fake, client, tts=tts, max_sentences=None)
-    bad = await asyncio.wait_for(runner.run(AUDIO), 10)
-    assert bad.error and "voice model crashed" in bad.error
+    result = await asyncio.wait_for(runner.run(AUDIO), 10)
+    assert result.error is None
+    errors = [e for e in result.events if e.name == "tts.error"]
+    assert [e.data["index"] for e in errors] == [1]
+    assert "voice model crashed" in errors[0].data["message"]
+    assert [s.strip() for s in tts.spoken] == [s.strip() for s in SENTENCES if
+                                               "bedroom" not in s]
+    assert any(e.name == "playback.end" for e in result.events)
+    # The skipped sentence stays in the history token for token (the KV prefix).
+    assert runner.conversation.history[-1]["content"] == "".join(SENTENCES)
     await fake.wait_idle()
     tts.fail_on = None
     good = await runner.run(AUDIO)
-    assert good.error is None
+    assert good.error is None and not any(e.name == "tts.error" for e in good.events)
 
 
 async def test_no_speech_is_a_turn_error_not_a_crash(slow_fake) -> None:
