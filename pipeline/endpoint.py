@@ -13,13 +13,16 @@ last voiced window reaches it, and cancels the speculation if speech resumes fir
 Rules, in order (the first that matches decides):
 1. empty or a filler only ("um", "uh") -> ``incomplete_ms``: nothing usable yet.
 2. the text ends with a comma, colon, dash, ellipsis or an opening bracket -> incomplete.
-3. a question mark or exclamation -> ``complete_ms`` (Whisper rarely puts one on a
-   fragment; "What are you thinking of?" is finished although it ends in "of").
-4. the last word is a connective, article, preposition or auxiliary ("and", "the", "of",
-   "to", "is", "because"...), or a number (a figure still being read: "twenty", "3") ->
-   incomplete.
-5. a full stop after at least ``min_words`` words -> ``complete_ms``; Whisper puts a full
-   stop after almost anything, so one or two words with a stop are only ``default_ms``.
+3. the last word is a connective, article, preposition, quantifier or auxiliary ("and",
+   "the", "of", "to", "many", "is", "because"...), or a number (a figure still being read:
+   "twenty", "3") -> incomplete, whatever punctuation Whisper put after it: it writes "What
+   is the best way to?" for a fragment (measured, docs/live.md). "What are you thinking
+   of?" waits longer than it needs to; that costs latency, not a cut-off.
+4. Whisper was unsure of the words (average log-probability below ``min_logprob``, when
+   the caller knows it) -> ``default_ms``: misheard fragments come out as confident-looking
+   sentences ("My thigh team mat.").
+5. a question mark, exclamation or full stop after at least ``min_words`` words ->
+   ``complete_ms``; with fewer words Whisper's punctuation means little ("How many?").
 6. anything else -> ``default_ms``.
 """
 
@@ -36,7 +39,8 @@ whereas whether than that which who whom whose where to of in on at by for from 
 into onto over under between through during before after without within against among
 like as is are was were be been being am do does did have has had will would can could
 shall should may might must my your his her its our their this these those some any
-every each no not very really more most less also just then um uh er erm
+every each no not very really more most less also just then um uh er erm many much
+few several why how what which
 """.split())
 
 _FILLERS = frozenset({"um", "uh", "er", "erm", "hmm", "mm", "ah", "oh"})
@@ -59,6 +63,7 @@ class EndpointReason(StrEnum):
     CONTINUING_WORD = "continuing_word"
     NUMBER = "number"
     QUESTION = "question"
+    UNSURE = "asr_unsure"
     SENTENCE = "sentence"
     DEFAULT = "default"
 
@@ -79,27 +84,30 @@ class EndpointPolicy:
     """
 
     complete_ms: int = 250
-    default_ms: int = 600
+    default_ms: int = 800
     incomplete_ms: int = 1100
     min_words: int = 3
+    min_logprob: float = -0.5  # Whisper's average token log-probability
 
-    def decide(self, transcript: str) -> EndpointDecision:
+    def decide(self, transcript: str, avg_logprob: float | None = None) -> EndpointDecision:
         text = transcript.strip()
         words = [w.lower() for w in _WORD.findall(text)]
         if not words or all(w in _FILLERS for w in words):
             return EndpointDecision(self.incomplete_ms, EndpointReason.NOTHING)
         if _OPEN_END.search(text):
             return EndpointDecision(self.incomplete_ms, EndpointReason.OPEN_PUNCTUATION)
-        if text.endswith(("?", "!")):
-            return EndpointDecision(self.complete_ms, EndpointReason.QUESTION)
         last = words[-1]
         if last in _CONTINUES:
             return EndpointDecision(self.incomplete_ms, EndpointReason.CONTINUING_WORD)
         if last.isdigit() or last in _NUMBER_WORDS:
             return EndpointDecision(self.incomplete_ms, EndpointReason.NUMBER)
-        if text.endswith(".") and len(words) >= self.min_words:
-            return EndpointDecision(self.complete_ms, EndpointReason.SENTENCE)
+        if avg_logprob is not None and avg_logprob < self.min_logprob:
+            # Whisper was unsure of the words: its punctuation says even less.
+            return EndpointDecision(self.default_ms, EndpointReason.UNSURE)
+        if text.endswith(("?", "!", ".")) and len(words) >= self.min_words:
+            reason = EndpointReason.SENTENCE if text.endswith(".") else EndpointReason.QUESTION
+            return EndpointDecision(self.complete_ms, reason)
         return EndpointDecision(self.default_ms, EndpointReason.DEFAULT)
 
-    def wait_ms(self, transcript: str) -> int:
-        return self.decide(transcript).wait_ms
+    def wait_ms(self, transcript: str, avg_logprob: float | None = None) -> int:
+        return self.decide(transcript, avg_logprob).wait_ms
