@@ -4,34 +4,54 @@ Routes::
 
     GET  /           the page (services/static/index.html + app.js + style.css)
     GET  /health     {"status": "ok", "sessions": N}
+    GET  /metrics    Prometheus text format (services.prom)
     GET  /ws         one WebSocket per browser tab = one conversation (services.web_session)
+    /v1/sessions...  named sessions and NDJSON-streamed turns (services.api, docs/api.md)
     POST /api/turn   a WAV (raw body or multipart field) -> {transcript, reply, metrics}
     POST /api/reset  forget the /api/turn conversation
 
 Uploads larger than ``max_upload_bytes`` get 413 and a broken WAV 400, each with a one-line
-JSON ``{"error": ...}``; the conversation is untouched by either.
+JSON ``{"error": ...}``; the conversation is untouched by either. With ``api_key`` set every
+route but the page, its static files and /health needs ``Authorization: Bearer KEY`` (the
+page passes ``?key=`` on to its WebSocket). With ``slots`` set, each conversation gets its
+own llama-server slot for its life (services.api_slots).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import hmac
 import itertools
+import json
 import logging
+import os
+import secrets
 import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import BodyPartReader, web
 
 from pipeline.audio_in import AudioFileError
 from pipeline.audio_out import InstantSink
 from pipeline.conversation import Conversation
+from services import api as v1
+from services.api_slots import (
+    DEFAULT_IDLE_LEASE_S,
+    DEFAULT_QUEUE_TIMEOUT_S,
+    Lease,
+    QueueTimeout,
+    SlotPool,
+)
 from services.errors import UserError
+from services.prom import CONTENT_TYPE as PROM_CONTENT_TYPE
+from services.prom import ServiceMetrics
 from services.turn_options import add_asr_window_option
 from services.web_session import BrowserSession, Limits, decode_wav_bytes
 
@@ -53,6 +73,8 @@ class ApiConversation:
     runner: TurnRunner
     sink: InstantSink
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    lease: Lease = field(default_factory=lambda: Lease("api-turn"))
+    turns: int = 0
 
 
 @dataclass
@@ -60,31 +82,101 @@ class AppState:
     assistant: Assistant
     limits: Limits
     api: ApiConversation
+    metrics: ServiceMetrics
+    pool: SlotPool | None = None
+    api_key: str | None = None
+    max_sessions: int = 16
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     sessions: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
+    api_sessions: dict[str, v1.ApiSession] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self.sessions) + len(self.api_sessions)
+
+    def count(self, interface: str) -> int:
+        return len(self.api_sessions) if interface == "api" else len(self.sessions)
 
 
 STATE = web.AppKey("voice_llm_state", AppState)
 
 
 def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
-               max_utterance_s: float = 60.0) -> web.Application:
-    limits = Limits(max_upload_bytes=max_upload_bytes, max_utterance_s=max_utterance_s)
+               max_utterance_s: float = 60.0, slots: int | None = None,
+               api_key: str | None = None, max_sessions: int = 16,
+               queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
+               idle_lease_s: float = DEFAULT_IDLE_LEASE_S,
+               ws_max_messages_per_s: float = 200.0) -> web.Application:
+    limits = Limits(max_upload_bytes=max_upload_bytes, max_utterance_s=max_utterance_s,
+                    max_messages_per_s=ws_max_messages_per_s)
     sink = InstantSink()
-    api = ApiConversation(assistant.runner(sink, Conversation()), sink)
+    legacy = ApiConversation(assistant.runner(sink, Conversation()), sink)
     # The body limit is enforced by read_upload (with a JSON 413); this one only has to
     # let multipart framing through.
-    app = web.Application(client_max_size=max_upload_bytes + 64 * 1024)
-    app[STATE] = AppState(assistant, limits, api)
+    app = web.Application(client_max_size=max_upload_bytes + 64 * 1024,
+                          middlewares=[auth_middleware])
+    pool = SlotPool(slots, idle_lease_s=idle_lease_s) if slots else None
+    state = AppState(assistant, limits, legacy, ServiceMetrics(), pool, api_key or None,
+                     max_sessions, queue_timeout_s)
+    state.metrics.watch(sessions=state.count,
+                        queued=lambda: len(pool.waiting) if pool else 0,
+                        slots_in_use=lambda: pool.in_use if pool else 0,
+                        slots_total=slots or 0)
+    app[STATE] = state
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/ws", websocket)
     app.router.add_post("/api/turn", api_turn)
     app.router.add_post("/api/reset", api_reset)
+    app.router.add_post("/v1/sessions", create_session)
+    app.router.add_get("/v1/sessions/{id}", get_session)
+    app.router.add_delete("/v1/sessions/{id}", delete_session)
+    app.router.add_post("/v1/sessions/{id}/turns", session_turn)
+    app.router.add_post("/v1/sessions/{id}/interrupt", interrupt_session)
     app.router.add_static("/static", STATIC_DIR, append_version=True)
     app.on_shutdown.append(close_sessions)
     return app
+
+
+PUBLIC_PATHS = ("/", "/health")
+
+
+@web.middleware
+async def auth_middleware(request: web.Request,
+                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                          ) -> web.StreamResponse:
+    state = request.app[STATE]
+    key = state.api_key
+    public = request.path in PUBLIC_PATHS or request.path.startswith("/static/")
+    if key is not None and not public:
+        if (denied := _check_key(request, key)) is not None:
+            state.metrics.error("unauthorized")
+            return denied
+    try:
+        return await handler(request)
+    except v1.ApiError as e:
+        state.metrics.error(e.kind)
+        return e.response()
+
+
+def _check_key(request: web.Request, key: str) -> web.Response | None:
+    header = request.headers.get("Authorization", "")
+    given = header[7:] if header.startswith("Bearer ") else None
+    if given is None and request.path == "/ws":
+        given = request.query.get("key")  # browsers cannot set headers on a WebSocket
+    if given is not None and hmac.compare_digest(given.encode(), key.encode()):
+        return None
+    return web.json_response(
+        {"error": "missing or wrong API key: send 'Authorization: Bearer KEY'",
+         "kind": "unauthorized"}, status=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[STATE].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": PROM_CONTENT_TYPE})
 
 
 async def index(request: web.Request) -> web.FileResponse:
@@ -101,6 +193,8 @@ async def health(request: web.Request) -> web.Response:
 # --- WebSocket sessions ----------------------------------------------------------------
 async def websocket(request: web.Request) -> web.WebSocketResponse:
     state = request.app[STATE]
+    if state.open_sessions >= state.max_sessions:
+        raise too_many_sessions(state)
     # Heartbeat: a laptop that sleeps mid-turn is noticed and its turn hung up.
     # Messages up to twice the upload limit get a one-line error from the session; only
     # beyond that does aiohttp close the socket (1009, message too big).
@@ -108,7 +202,10 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                                max_msg_size=2 * state.limits.max_upload_bytes + 1024)
     await ws.prepare(request)
     session_id = f"s{next(state.ids)}"
-    session = BrowserSession(session_id, state.assistant, ws, state.limits)
+    session = BrowserSession(session_id, state.assistant, ws, state.limits, pool=state.pool,
+                             queue_timeout_s=state.queue_timeout_s,
+                             on_queue=state.metrics.queue_wait.observe,
+                             on_result=lambda r, n: state.metrics.record_turn(r, "ws", n))
     task = asyncio.create_task(session.serve(), name=f"ws-session-{session_id}")
     state.sessions[session_id] = task
     state.sockets[session_id] = ws
@@ -126,10 +223,18 @@ def _forget_session(state: AppState, session_id: str, task: asyncio.Task[None]) 
     log.info("session %s closed", session_id)
 
 
+def too_many_sessions(state: AppState) -> v1.ApiError:
+    return v1.ApiError(429, "too_many_sessions",
+                        f"too many sessions: {state.max_sessions} are open (close one, "
+                        "or raise --max-sessions)")
+
+
 async def close_sessions(app: web.Application) -> None:
     from aiohttp import WSCloseCode
 
     state = app[STATE]
+    for session in list(state.api_sessions.values()):
+        session.bargein.trigger("shutdown")
     for ws in list(state.sockets.values()):
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
     if state.sessions:
@@ -191,11 +296,30 @@ async def api_turn(request: web.Request) -> web.Response:
         audio = await asyncio.to_thread(decode_wav_bytes, data, name)
     except AudioFileError as e:
         return json_error(400, str(e))
-    api = state.api
-    async with api.lock:
-        before = api.sink.samples
-        result = await api.runner.run(audio, t0=t0, mode=mode)
-        audio_s = (api.sink.samples - before) / state.assistant.tts.sample_rate
+    legacy = state.api
+    async with legacy.lock:
+        slot = None
+        if state.pool is not None:
+            try:
+                state.metrics.queue_wait.observe(
+                    await state.pool.acquire(legacy.lease, state.queue_timeout_s))
+            except QueueTimeout as e:
+                state.metrics.error("queue_timeout")
+                return json_error(503, f"{e}: try again later")
+            slot = legacy.lease.slot
+            state.pool.begin(legacy.lease)
+        base = legacy.runner.config
+        legacy.runner.config = dataclasses.replace(base, id_slot=slot)
+        try:
+            before = legacy.sink.samples
+            result = await legacy.runner.run(audio, t0=t0, mode=mode)
+            audio_s = (legacy.sink.samples - before) / state.assistant.tts.sample_rate
+        finally:
+            legacy.runner.config = base
+            if state.pool is not None:
+                state.pool.end(legacy.lease)
+        legacy.turns += 1
+        state.metrics.record_turn(result, "api", legacy.turns)
     body = {"transcript": result.transcript, "reply": result.reply,
             "error": result.error, "audio_s": round(audio_s, 3),
             "metrics": result.metrics.to_dict()}
@@ -205,10 +329,127 @@ async def api_turn(request: web.Request) -> web.Response:
 
 
 async def api_reset(request: web.Request) -> web.Response:
-    api = request.app[STATE].api
-    async with api.lock:
-        api.runner.conversation = Conversation()
+    legacy = request.app[STATE].api
+    async with legacy.lock:
+        legacy.runner.conversation = Conversation()
+        legacy.turns = 0
     return web.json_response({"status": "ok"})
+
+
+# --- /v1/sessions (services/api.py, docs/api.md) ------------------------------------------
+async def create_session(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.open_sessions >= state.max_sessions:
+        raise too_many_sessions(state)
+    session_id = f"a{next(state.ids)}-{secrets.token_hex(4)}"
+    session = v1.new_session(session_id,
+                              lambda sink: state.assistant.runner(sink, Conversation()))
+    await session.sink.open(state.assistant.tts.sample_rate)
+    state.api_sessions[session_id] = session
+    if state.pool is not None:
+        state.pool.try_acquire(session.lease)  # a free slot now; otherwise at its 1st turn
+    log.info("api session %s created", session_id)
+    return web.json_response({"id": session_id, "slot": session.lease.slot,
+                              "slots": state.pool.slots if state.pool else None,
+                              "sample_rate": state.assistant.tts.sample_rate},
+                             status=201)
+
+
+def find_session(request: web.Request) -> v1.ApiSession:
+    state = request.app[STATE]
+    session = state.api_sessions.get(request.match_info["id"])
+    if session is None:
+        raise v1.ApiError(404, "unknown_session",
+                           f"no session {request.match_info['id']!r} (create one with "
+                           "POST /v1/sessions)")
+    return session
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return web.json_response(find_session(request).describe(), dumps=_dumps)
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    session = find_session(request)
+    del state.api_sessions[session.id]
+    session.bargein.trigger("deleted")  # a running turn hangs up; its stream ends
+    if state.pool is not None:
+        state.pool.release(session.lease)
+    log.info("api session %s deleted", session.id)
+    return web.json_response({"id": session.id, "deleted": True})
+
+
+async def interrupt_session(request: web.Request) -> web.Response:
+    session = find_session(request)
+    return web.json_response({"interrupted": session.bargein.trigger("api")})
+
+
+async def session_turn(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    session = find_session(request)
+    if session.lock.locked():
+        raise v1.ApiError(409, "turn_running", "a turn is already running in this "
+                           "session (wait for its result, or POST .../interrupt)")
+    async with session.lock:
+        turn = await read_turn(request, state)
+        return await v1.run_streamed_turn(
+            request, session, turn, state.pool, queue_timeout=state.queue_timeout_s,
+            on_queue=state.metrics.queue_wait.observe,
+            on_result=lambda r, n: state.metrics.record_turn(r, "api", n))
+
+
+async def read_turn(request: web.Request, state: AppState) -> v1.TurnRequest:
+    """The turn's input and options; every client mistake is an ``ApiError``."""
+    ctype = request.content_type
+    if ctype == "application/json":
+        raw = await _read_body(request, state.limits.max_text_chars * 4 + 4096)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise v1.ApiError(400, "bad_json", "body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise v1.ApiError(400, "bad_json", "body must be a JSON object")
+        options = v1.parse_options({**request.query, **body})
+        text = body.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise v1.ApiError(400, "bad_text", '"text" must be a non-empty string')
+        if len(text) > state.limits.max_text_chars:
+            raise v1.ApiError(413, "text_too_long", f"text longer than "
+                               f"{state.limits.max_text_chars} characters")
+        return v1.TurnRequest(time.monotonic(), options, text=text.strip())
+    if ctype not in v1.WAV_TYPES:
+        raise v1.ApiError(415, "unsupported_media_type",
+                           f"content type {ctype or 'missing'!r}: send audio/wav (a WAV "
+                           "body) or application/json ({\"text\": ...})")
+    options = v1.parse_options(dict(request.query))
+    data = await _read_body(request, state.limits.max_upload_bytes)
+    t0 = time.monotonic()  # the whole upload is in: the user's audio has ended
+    if not data:
+        raise v1.ApiError(400, "empty_body", "empty body: send a WAV")
+    try:
+        audio = await asyncio.to_thread(decode_wav_bytes, data, "uploaded WAV")
+    except AudioFileError as e:
+        raise v1.ApiError(400, "bad_audio", str(e)) from None
+    if audio.size / 16000 > state.limits.max_utterance_s:
+        raise v1.ApiError(413, "utterance_too_long",
+                           f"utterance of {audio.size / 16000:.1f} s: the limit is "
+                           f"{state.limits.max_utterance_s:g} s")
+    return v1.TurnRequest(t0, options, audio=audio)
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    too_big = UploadError(413, f"upload too large: the limit is {limit} bytes")
+    try:
+        if request.content_length is not None and request.content_length > limit:
+            raise too_big
+        return await _read_limited(request.content.read, limit, too_big)
+    except UploadError as e:
+        raise v1.ApiError(413, "upload_too_large", str(e)) from None
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, default=str)
 
 
 # --- the command -----------------------------------------------------------------------
@@ -221,6 +462,21 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    help="largest WAV accepted by POST /api/turn and over the WebSocket, "
                    "in MiB (default %(default)g)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
+    p.add_argument("--api-key", default=os.environ.get("VOICE_LLM_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on everything but the page "
+                   "and /health (default $VOICE_LLM_API_KEY; unset: no key)")
+    p.add_argument("--max-sessions", type=int, default=16,
+                   help="open conversations (API sessions + browser tabs) at most "
+                   "(default %(default)s)")
+    p.add_argument("--slots", type=int, default=None,
+                   help="LLM slots to hand out, one per conversation (default: all of the "
+                   "server's, from /props total_slots; start it with 'voice-llm up --slots N')")
+    p.add_argument("--queue-timeout", type=float, default=DEFAULT_QUEUE_TIMEOUT_S,
+                   help="seconds a turn waits for a free slot before an error "
+                   "(default %(default)g)")
+    p.add_argument("--idle-lease", type=float, default=DEFAULT_IDLE_LEASE_S,
+                   help="a conversation idle this long gives its slot to a waiting one "
+                   "(default %(default)g s)")
     add_asr_window_option(p)
 
 
@@ -231,6 +487,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--port must be 1-65535, not {args.port}")
     if args.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be > 0")
+    if args.max_sessions < 1:
+        raise UserError("--max-sessions must be at least 1")
+    if args.slots is not None and args.slots < 1:
+        raise UserError("--slots must be at least 1")
+    if args.queue_timeout <= 0 or args.idle_lease < 0:
+        raise UserError("--queue-timeout must be > 0 and --idle-lease >= 0")
     # Fail before the models load (tens of seconds), not after.
     if port_in_use(args.host, args.port):
         raise UserError(f"{args.host}:{args.port} is already in use (choose --port)")
@@ -242,7 +504,10 @@ async def _serve(args: argparse.Namespace) -> int:
 
     assistant = await load_assistant(args.llm_url, language=args.language,
                                      asr_window=args.asr_window)
-    app = create_app(assistant, max_upload_bytes=int(args.max_upload_mb * 2**20))
+    slots = args.slots or await server_slots(assistant)
+    app = create_app(assistant, max_upload_bytes=int(args.max_upload_mb * 2**20),
+                     slots=slots, api_key=args.api_key, max_sessions=args.max_sessions,
+                     queue_timeout_s=args.queue_timeout, idle_lease_s=args.idle_lease)
     app_runner = web.AppRunner(app, access_log=None)
     await app_runner.setup()
     try:
@@ -253,13 +518,30 @@ async def _serve(args: argparse.Namespace) -> int:
                             f"{e.strerror or e}") from None
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(f"voice-llm serve: open http://{host}:{args.port}/ "
-              f"(LLM at {assistant.llm_url}; Ctrl-C to stop)", file=sys.stderr, flush=True)
+              f"(LLM at {assistant.llm_url}, {slots} slot(s), one per conversation; "
+              f"{'API key required; ' if args.api_key else ''}Ctrl-C to stop)",
+              file=sys.stderr, flush=True)
+        if not args.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
+            print("voice-llm serve: warning: listening beyond loopback without --api-key",
+                  file=sys.stderr, flush=True)
         await _until_signalled()
         print("voice-llm serve: stopping", file=sys.stderr, flush=True)
     finally:
         await app_runner.cleanup()
         await assistant.close()
     return 0
+
+
+async def server_slots(assistant: Assistant) -> int:
+    """How many slots llama-server has (``total_slots`` in /props; 1 if it does not say)."""
+    from pipeline.llm_client import LlmError
+
+    try:
+        props = await assistant.llm.get_json("/props")
+    except LlmError:
+        return 1
+    total = props.get("total_slots") if isinstance(props, dict) else None
+    return total if isinstance(total, int) and total >= 1 else 1
 
 
 async def _until_signalled() -> None:

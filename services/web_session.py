@@ -18,7 +18,11 @@ errors and turns to what the user said without guessing.
 
 Messages to the browser: ``hello``, ``audio.format``, ``event`` (the event dict of
 docs/contracts.md under ``"event"``), ``transcript``, ``sentence``, binary audio frames,
-``audio.stop``, ``turn.result`` and ``error`` (one line; the session goes on).
+``audio.stop``, ``turn.result``, ``queued`` (every LLM slot is held by another conversation:
+``position``, ``timeout_s``) and ``error`` (one line; the session goes on).
+
+Messages beyond ``Limits.max_messages_per_s`` (over one second) are dropped with one error
+per second, and an utterance they belonged to is dropped whole.
 
 A new utterance while the assistant is still busy is a barge-in: it goes through
 ``BargeIn`` (the single decider), then the new turn runs once the old one has hung up.
@@ -27,6 +31,7 @@ A new utterance while the assistant is still busy is a barge-in: it goes through
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import logging
@@ -44,6 +49,7 @@ from pipeline.bargein import BargeIn
 from pipeline.conversation import Conversation
 from pipeline.events import Event, EventName
 from pipeline.tasks import TaskSet
+from services.api_slots import Lease, QueueTimeout, SlotPool
 from services.timeline import marks, stage_spans
 from services.ws_sink import Outbox, WebSocketSink
 
@@ -61,6 +67,9 @@ class Limits:
     max_upload_bytes: int = 10 * 1024 * 1024  # a WAV upload (POST or one WS message)
     max_utterance_s: float = 60.0  # streamed PCM per utterance
     max_text_chars: int = 2000
+    # Browsers send 20 ms PCM frames (50/s) plus a few control messages; far beyond that
+    # is a runaway or hostile client, and each message costs the event loop.
+    max_messages_per_s: float = 200.0
 
 
 class ProtocolError(Exception):
@@ -124,8 +133,20 @@ class TurnInput:
 
 class BrowserSession:
     def __init__(self, session_id: str, assistant: Assistant, ws: web.WebSocketResponse,
-                 limits: Limits) -> None:
+                 limits: Limits, *, pool: SlotPool | None = None,
+                 queue_timeout_s: float = 60.0,
+                 on_queue: Callable[[float], None] | None = None,
+                 on_result: Callable[[TurnResult, int], None] | None = None) -> None:
         self.id = session_id
+        self.pool = pool
+        self.lease = Lease(session_id)
+        self.queue_timeout_s = queue_timeout_s
+        self.on_queue = on_queue
+        self.on_result = on_result
+        self.turns_done = 0
+        self._window_start = 0.0  # frame-rate limit: messages in the current second
+        self._window_count = 0
+        self._window_warned = False
         self.ws = ws
         self.limits = limits
         self.outbox = Outbox(ws)
@@ -152,6 +173,8 @@ class BrowserSession:
         self.tasks.spawn("turns", self.run_turns())
         try:
             async for msg in self.ws:
+                if not self.within_rate():
+                    continue
                 if msg.type == WSMsgType.TEXT:
                     self.receive(self.on_text, msg.data)
                 elif msg.type == WSMsgType.BINARY:
@@ -161,6 +184,25 @@ class BrowserSession:
             self.bargein.trigger("disconnect")
             await self.tasks.cancel_all()
             await self.sink.close()
+            if self.pool is not None:
+                self.pool.release(self.lease)
+
+    def within_rate(self) -> bool:
+        now = time.monotonic()
+        if now - self._window_start >= 1.0:
+            self._window_start, self._window_count, self._window_warned = now, 0, False
+        self._window_count += 1
+        if self._window_count <= self.limits.max_messages_per_s:
+            return True
+        if not self._window_warned:
+            self._window_warned = True
+            utt = self.utterance
+            if utt is not None:  # a gap in the PCM would be a corrupt utterance
+                utt.overflowed = True
+                utt.pcm.clear()
+            self.error(f"too many messages: more than {self.limits.max_messages_per_s:g} "
+                       "per second; dropped", utt.input_id if utt else None)
+        return False
 
     def receive(self, handle: Callable[[Any], None], data: Any) -> None:
         try:
@@ -274,8 +316,40 @@ class BrowserSession:
             audio = await asyncio.to_thread(decode_pcm16, turn_input.pcm,
                                             turn_input.sample_rate)
         self.input_id = turn_input.input_id
-        result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0)
+        if self.pool is None:
+            result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0)
+        else:
+            if not await self.claim_slot(turn_input.input_id):
+                return
+            base = self.runner.config
+            self.runner.config = dataclasses.replace(base, id_slot=self.lease.slot)
+            self.pool.begin(self.lease)
+            try:
+                result = await self.runner.run(audio, text=turn_input.text,
+                                               t0=turn_input.t0)
+            finally:
+                self.runner.config = base
+                self.pool.end(self.lease)
+        self.turns_done += 1
+        if self.on_result is not None:
+            self.on_result(result, self.turns_done)
         self.outbox.json({**result_message(result), "input_id": turn_input.input_id})
+
+    async def claim_slot(self, given: str | None) -> bool:
+        """This conversation's LLM slot (kept across turns); False after a queue timeout."""
+        assert self.pool is not None
+        if not self.pool.try_acquire(self.lease):
+            self.outbox.json({"type": "queued", "position": len(self.pool.waiting) + 1,
+                              "slots": self.pool.slots, "timeout_s": self.queue_timeout_s,
+                              "input_id": given})
+        try:
+            waited = await self.pool.acquire(self.lease, self.queue_timeout_s)
+        except QueueTimeout as e:
+            self.error(f"{e}: try again later", given)
+            return False
+        if self.on_queue is not None:
+            self.on_queue(waited)
+        return True
 
     # -- outgoing ---------------------------------------------------------------------
     def on_event(self, ev: Event) -> None:

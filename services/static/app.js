@@ -27,13 +27,22 @@ function onMessage(msg) {
     case "transcript": turnView(msg.turn).setTranscript(msg.text); break;
     case "sentence": turnView(msg.turn).addSentence(msg.index, msg.text); break;
     case "turn.result": onResult(msg); break;
-    case "error": onError(msg.message, msg.input_id); break;
+    case "error": restoreLabel(); onError(msg.message, msg.input_id); break;
+    case "queued": // every LLM slot is held by another conversation (services/api_slots.py)
+      session.label ??= ui.session.textContent; // restored when the turn starts or fails
+      ui.session.textContent = `waiting for a free LLM slot (position ${msg.position})`;
+      break;
   }
+}
+
+function restoreLabel() {
+  if (session.label != null) { ui.session.textContent = session.label; session.label = null; }
 }
 
 function onEvent(ev, inputId) {
   const name = `${ev.stage}.${ev.event}`; // event names: docs/contracts.md
   if (name === "turn.start") {
+    restoreLabel();
     player.muted = false; // audio after this belongs to the new turn
     session.current = ev.turn;
     turnView(ev.turn, inputId);

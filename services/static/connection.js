@@ -7,7 +7,11 @@ let retryMs = 500;
 
 // handlers: {message(msg), audio(arrayBuffer), open(), lost(wasConnected)}
 export function connect(handlers) {
-  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`;
+  // serve --api-key: the page is public, the WebSocket is not; open the page as /?key=KEY
+  // (browsers cannot set an Authorization header on a WebSocket).
+  const key = new URLSearchParams(location.search).get("key");
+  const query = key ? `?key=${encodeURIComponent(key)}` : "";
+  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws${query}`;
   ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => { session.connected = true; retryMs = 500; handlers.open(); };
