@@ -79,7 +79,8 @@ class ServerOptions:
 
     def argv(self, binary: Path, model: Path) -> list[str]:
         # --cache-ram 0: the host-RAM prompt cache restores old prompts and makes cold-cache
-        # measurements lie (docs/llama-server.md); -np 1: one slot, so the lab sees one KV cache.
+        # measurements lie (docs/llama-server.md); -np: slots, 1 by default so the lab sees one
+        # KV cache; `up --slots N` gives serve one per conversation (each gets ctx / N).
         return [str(binary), "-m", str(model), "--host", self.host, "--port", str(self.port),
                 "-t", str(self.threads), "-np", str(self.parallel), "-c", str(self.ctx),
                 "--cache-ram", "0", *self.extra_args]

@@ -187,6 +187,11 @@ async def index(request: web.Request) -> web.FileResponse:
 async def health(request: web.Request) -> web.Response:
     state = request.app[STATE]
     return web.json_response({"status": "ok", "sessions": len(state.sessions),
+                              "api_sessions": len(state.api_sessions),
+                              "slots": state.pool.slots if state.pool else None,
+                              "queued": len(state.pool.waiting) if state.pool else 0,
+                              # for leak checks (scripts/load_serve.py before/after)
+                              "tasks": len(asyncio.all_tasks()),
                               "llm_url": state.assistant.llm_url})
 
 
