@@ -39,5 +39,17 @@ class Conversation:
         while len(self.history) > self.max_messages:
             del self.history[:2]
 
+    def trim_oldest(self, keep_fraction: float) -> int:
+        """Context overflow: drop the oldest user/assistant pairs, never the system prompt,
+        until the history holds at most ``keep_fraction`` of its characters (at least one
+        pair goes). Returns how many messages were dropped (0: nothing left to drop)."""
+        target = sum(len(m["content"]) for m in self.history) * max(keep_fraction, 0.0)
+        dropped = 0
+        while self.history and (
+                dropped == 0 or sum(len(m["content"]) for m in self.history) > target):
+            del self.history[:2]
+            dropped += 2
+        return dropped
+
     def to_json(self) -> dict[str, object]:
         return {"system_prompt": self.system_prompt, "history": list(self.history)}

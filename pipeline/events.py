@@ -28,6 +28,7 @@ class EventName(StrEnum):
     SENTENCE = "splitter.sentence"
     LLM_END = "llm.end"
     LLM_CLOSED = "llm.closed"
+    CONTEXT_TRIMMED = "llm.context_trimmed"
     TTS_START = "tts.start"
     TTS_END = "tts.end"
     TTS_ERROR = "tts.error"

@@ -488,8 +488,21 @@ def _error_message(error: Any) -> str:
 
 
 def _describe(exc: BaseException) -> str:
+    """The one place a transport failure is put into words for the user. aiohttp's own
+    text ("ClientPayloadError: Response payload is not completed: <TransferEncodingError:
+    400, ...>") says nothing a user can act on, so it goes to the log only."""
     text = _one_line(str(exc))
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    log.info("llama-server transport error: %s",
+             f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "the server closed the connection before the reply was complete"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    if isinstance(exc, aiohttp.ClientOSError):
+        return "the connection was reset"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"a malformed HTTP response (status {exc.status})"
+    return "the connection failed"
 
 
 def _one_line(text: str) -> str:

@@ -37,6 +37,7 @@ from pipeline.llm_client import (
     Finished,
     LlmClient,
     LlmError,
+    LlmHttpError,
     ResponseStarted,
     RoleChunk,
     StreamEvent,
@@ -199,6 +200,7 @@ class _Turn:
         self.stream: ChatStream | None = None  # set once, before the stages start
         self.finished: Finished | None = None  # the server finished the reply
         self.llm_ended = False  # llm.end is recorded
+        self.cut: LlmError | None = None  # the stream broke after sentences were released
         self.playing = False
         self.started_playing = False
         self.confirmed = confirmed
@@ -215,10 +217,21 @@ class _Turn:
         self.rec.emit(EventName.TURN_START, mode=self.mode, **live)
         if self.confirmed is not None:
             self.rec.emit(EventName.SPECULATION_START)
+        sent: list[Message] | None = None
         try:
             result.transcript = await self.transcribe(audio, text)
             sent = self.runner.conversation.messages_for(result.transcript, self.volatile())
-            await self.run_stages(sent)
+            try:
+                await self.run_stages(sent)
+            except LlmHttpError as e:
+                if not self.trim_for_overflow(e):
+                    raise
+                await self.tasks.cancel_all()
+                await self.stream_closed()
+                self.reset_stages()
+                sent = self.runner.conversation.messages_for(result.transcript,
+                                                             self.volatile())
+                await self.run_stages(sent)  # the one retry
             result.reply = self.heard.reply(complete=self.finished is not None)
             result.abandoned = self.abandoned
             result.interrupted = self.interrupted.is_set() and not self.abandoned
@@ -231,6 +244,12 @@ class _Turn:
         except (TurnError, LlmError) as e:
             result.error = str(e)
             self.rec.emit(EventName.TURN_ERROR, message=result.error)
+            if self.cut is not None and sent is not None and self.heard.sentences:
+                # The stream was cut mid-reply (server died): the history keeps what
+                # the user heard, marked as cut, like a barge-in.
+                result.reply = self.heard.reply(complete=False)
+                result.heard = self.heard.heard_text()
+                self.runner.conversation.commit(sent, self.heard.heard_raw())
         finally:
             await self.tasks.cancel_all()
             if self.stream is not None:
@@ -239,6 +258,37 @@ class _Turn:
         self.rec.emit(EventName.TURN_END, metrics=result.metrics.to_dict())
         result.events = list(self.rec.events)
         return result
+
+    def trim_for_overflow(self, e: LlmHttpError) -> bool:
+        """The prompt did not fit the slot's context: drop the oldest turns so it does,
+        with room for the reply. True when there was something to drop (retry once)."""
+        info = _overflow(e)
+        if info is None or self.heard.raw or self.rec.first(EventName.CONTEXT_TRIMMED):
+            return False
+        n_prompt, n_ctx = info
+        # Keep the share of the history that fits beside the reply, with a margin: the
+        # character count only approximates tokens.
+        budget = (n_ctx - self.cfg.max_tokens - 32) / n_prompt if n_prompt and n_ctx else 0.5
+        dropped = self.runner.conversation.trim_oldest(0.85 * budget)
+        if not dropped:
+            return False
+        log.warning("context overflow (%s of %s tokens): dropped the %d oldest messages",
+                    n_prompt, n_ctx, dropped)
+        self.rec.emit(EventName.CONTEXT_TRIMMED, dropped_messages=dropped,
+                      prompt_tokens=n_prompt, n_ctx=n_ctx)
+        return True
+
+    async def stream_closed(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+
+    def reset_stages(self) -> None:
+        """Fresh queues for a retried request (the failed attempt closed them)."""
+        self.sentences = Outlet(hold=self.mode == "serial")
+        self.audio = Outlet(hold=self.mode == "serial")
+        self.heard = HeardText()
+        self.finished = None
+        self.llm_ended = False
 
     def volatile(self) -> str | None:
         return self.cfg.volatile() if self.cfg.volatile else None
@@ -296,6 +346,8 @@ class _Turn:
         if self.hangup is not None:
             await self.hangup
             await self.confirm_slot_idle()
+        if self.cut is not None:
+            raise self.cut
 
     # -- stages ---------------------------------------------------------------------
     async def llm_stage(self, stream: ChatStream) -> None:
@@ -311,6 +363,17 @@ class _Turn:
                     self.release(sentence)
             if self.finished is None:
                 self.record_llm_end(stream, hung_up="max_sentences")
+        except LlmError as e:
+            if self.interrupted.is_set() or not self.heard.sentences:
+                raise
+            # The rule for a reply cut mid-stream (the server died or the connection
+            # broke): sentences already released are complete, so they are synthesized
+            # and played to the end; the unfinished fragment after them is dropped. The
+            # turn then reports the error (run_stages re-raises it).
+            self.cut = e
+            self.rec.emit(EventName.LLM_END, finish_reason="error",
+                          timings=stream.last_timings)
+            self.llm_ended = True
         finally:
             self.sentences.close()
 
@@ -460,3 +523,17 @@ class _Turn:
             await asyncio.sleep(0.005)
         self.rec.emit(EventName.SLOT_IDLE, confirmed=False,
                       reason=f"slot still busy after {self.cfg.slot_idle_timeout:.1f} s")
+
+
+def _overflow(e: LlmHttpError) -> tuple[int, int] | None:
+    """(prompt tokens, context) of llama-server's 400 exceed_context_size_error (0, 0 when
+    it does not say), or None when the error is something else."""
+    import json
+
+    if e.status != 400 or "exceed_context_size" not in e.body:
+        return None
+    try:
+        error = json.loads(e.body).get("error", {})
+        return int(error.get("n_prompt_tokens", 0)), int(error.get("n_ctx", 0))
+    except (ValueError, AttributeError, TypeError):
+        return 0, 0

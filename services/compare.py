@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from services.errors import UserError
-from services.turn_options import add_turn_options, assistant_for, turn_config
+from services.turn_options import (
+    Stopper,
+    add_turn_options,
+    assistant_for,
+    saved_line,
+    turn_config,
+    write_json_atomic,
+)
 
 if TYPE_CHECKING:
     from pipeline.audio_out import AudioSink
@@ -80,29 +87,53 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
             console.print(f"voice-llm compare: {e} (skipped)", markup=False)
     if not audio:
         raise UserError("no readable WAV turns to compare")
-    assistant = await assistant_for(args)
-    sink = RealtimeNullSink()
-    await sink.open(assistant.tts.sample_rate)
+    from services.supervisor import Supervisor
+
+    stopper = Stopper().install()
+    supervisor = Supervisor(args.llm_url)
     turns: list[dict[str, Any]] = []
     events: TurnEvents = {}
     try:
-        await _warm_up(assistant, sink)
-        with Progress(console=console, transient=True) as progress:
-            bar = progress.add_task("comparing", total=args.runs * 2 * len(audio))
-            for run_no in range(1, args.runs + 1):
-                modes = ("serial", "streamed") if run_no % 2 else ("streamed", "serial")
-                for mode in modes:
-                    runner = assistant.runner(sink, Conversation(),
-                                              config=turn_config(args, mode))
-                    for wav, samples in audio.items():
-                        progress.update(bar, description=f"run {run_no} {mode:8} {wav.name}")
-                        result = await runner.run(samples)
-                        turns.append(result.record(str(wav), run_no))
-                        events[(mode, run_no, str(wav))] = result.events
-                        progress.advance(bar)
+        assistant = await assistant_for(args)
+        sink = RealtimeNullSink()
+        try:
+            await sink.open(assistant.tts.sample_rate)
+            await _warm_up(assistant, sink, stopper)
+            with Progress(console=console, transient=True) as progress:
+                bar = progress.add_task("comparing", total=args.runs * 2 * len(audio))
+                for run_no in range(1, args.runs + 1):
+                    modes = ("serial", "streamed") if run_no % 2 else ("streamed", "serial")
+                    for mode in modes:
+                        runner = stopper.runner = assistant.runner(
+                            sink, Conversation(), config=turn_config(args, mode))
+                        for wav, samples in audio.items():
+                            if stopper.stopped:
+                                break
+                            progress.update(bar,
+                                            description=f"run {run_no} {mode:8} {wav.name}")
+                            result = await runner.run(samples)
+                            if result.error is not None and (
+                                    line := await supervisor.check_async()):
+                                console.print(f"voice-llm compare: {line}", markup=False)
+                            turns.append(result.record(str(wav), run_no))
+                            events[(mode, run_no, str(wav))] = result.events
+                            # After every turn: a kill or a crash keeps what was measured.
+                            save_partial(args.out, turns, events, (mode, run_no, str(wav)))
+                            progress.advance(bar)
+        finally:
+            await sink.close()
+            await assistant.close()
+    except asyncio.CancelledError:
+        stopper.absorb()  # our signal: write the report of what was measured
     finally:
-        await sink.close()
-        await assistant.close()
+        stopper.remove()
+    if stopper.signal is not None:
+        if turns:
+            write_report(args.out, build_report(turns), events)
+        print(saved_line("compare", stopper.signal, len(turns),
+                         [("the report of those to", args.out if turns else None)]),
+              file=sys.stderr)
+        return stopper.exit_code
     report = build_report(turns)
     write_report(args.out, report, events)
     print_table(report)
@@ -114,9 +145,25 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
     return 1 if errors else 0
 
 
-async def _warm_up(assistant: Assistant, sink: AudioSink) -> None:
+def save_partial(out: Path, turns: list[dict[str, Any]], events: TurnEvents,
+                 key: tuple[str, int, str]) -> None:
+    """compare.json rewritten atomically, the turn's events appended to events.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "compare.json", build_report(turns))
+    with (out / "events.jsonl").open("w" if len(turns) == 1 else "a") as f:
+        f.write(_event_lines(key, events[key]))
+
+
+def _event_lines(key: tuple[str, int, str], evs: list[Event]) -> str:
+    mode, run_no, file = key
+    return "".join(json.dumps({**ev.to_dict(), "mode": mode, "run": run_no, "file": file},
+                              ensure_ascii=False) + "\n" for ev in evs)
+
+
+async def _warm_up(assistant: Assistant, sink: AudioSink, stopper: Stopper) -> None:
     """One unmeasured text turn, so no mode pays for a cold server or cold threads."""
-    await assistant.runner(sink).run(text="Hello!")
+    stopper.runner = assistant.runner(sink)
+    await stopper.runner.run(text="Hello!")
 
 
 def build_report(turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -155,12 +202,10 @@ def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
     from services import waterfall
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    write_json_atomic(out / "compare.json", report)
     with (out / "events.jsonl").open("w") as f:  # every turn's timeline, for machines
-        for (mode, run_no, file), evs in events.items():
-            for ev in evs:
-                f.write(json.dumps({**ev.to_dict(), "mode": mode, "run": run_no,
-                                    "file": file}, ensure_ascii=False) + "\n")
+        for key, evs in events.items():
+            f.write(_event_lines(key, evs))
     rows = []
     # The streamed turn nearest its median, and the serial turn on the same file and run,
     # so the two rows differ only in the mode.

@@ -9,6 +9,8 @@
   behind ``llm_url`` (the lab greps it for "cancel task"), or None when that server is not
   ours and its log cannot be read.
 - ``managed_server(options, state_dir)``: a ``with`` block that starts and stops one.
+- ``started_here(llm_url)``: the ``(LlamaServer, ServerOptions)`` this process started
+  there, for ``services.supervisor`` (how it died, restart it the same way).
 """
 
 from __future__ import annotations
@@ -30,6 +32,14 @@ log = logging.getLogger(__name__)
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 
+# Servers this process started, by URL, with the options they were started with: the
+# supervisor reads how one died (Popen's return code) and restarts it the same way.
+_started: dict[str, tuple[LlamaServer, ServerOptions]] = {}
+
+
+def started_here(llm_url: str) -> tuple[LlamaServer, ServerOptions] | None:
+    """The managed server this process started at ``llm_url``, and its options."""
+    return _started.get(llm_url.rstrip("/"))
 
 
 def is_local(url: str) -> bool:
@@ -59,7 +69,10 @@ def ensure_server(llm_url: str = DEFAULT_URL, *, start_if_missing: bool = True,
     # The URL decides where it listens; everything else comes from the caller.
     option_fields.update(port=parts.port or 80, host=DEFAULT_HOST)
     options = replace(options or ServerOptions(), **option_fields)
-    info = LlamaServer(state_dir).start(options, quiet=quiet)
+    server = LlamaServer(state_dir)
+    info = server.start(options, quiet=quiet)
+    if not info.already_running:  # our child: its exit status (the signal) is ours to read
+        _started[llm_url] = (server, options)
     if info.already_running and info.url.rstrip("/") != llm_url:
         raise UserError(f"the managed llama-server runs at {info.url}, not {llm_url}: "
                         f"use --llm-url {info.url} or 'voice-llm down' first")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.heard import INTERRUPTED_MARK
 from services import turn_options
 from services.errors import UserError
+from services.supervisor import Supervisor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,6 +73,7 @@ async def _replay(args: argparse.Namespace) -> int:
     turns: list[dict[str, Any]] = []
     failures = 0
     runner: TurnRunner | None = None
+    supervisor = Supervisor(args.llm_url)
     try:
         assistant = await turn_options.assistant_for(args, args.mode)
         sink = make_sink(args.play, args.out_wav)
@@ -92,12 +94,14 @@ async def _replay(args: argparse.Namespace) -> int:
                     continue
                 result = await _turn(runner, bargein, audio, args.interrupt_at)
                 failures += _report(result, str(wav), turns)
-                _save(args.json, turns, runner)  # after every turn: a kill keeps the rest
+                await _supervise(result, supervisor)
+                _save(args.json, turns, runner, supervisor)  # every turn: a kill keeps it
                 if result.interrupted and interruption is not None and not stopper.stopped:
                     # The user's interrupting utterance is the next turn, as in a real talk.
                     result = await _turn(runner, bargein, interruption, None)
                     failures += _report(result, str(args.interrupt_wav), turns)
-                    _save(args.json, turns, runner)
+                    await _supervise(result, supervisor)
+                    _save(args.json, turns, runner, supervisor)
         finally:
             await sink.close()
             await assistant.close()
@@ -107,7 +111,7 @@ async def _replay(args: argparse.Namespace) -> int:
         write_event.close()
         stopper.remove()
     if runner is not None:
-        _save(args.json, turns, runner)
+        _save(args.json, turns, runner, supervisor)
     if stopper.signal is not None:
         print(turn_options.saved_line("replay", stopper.signal, len(turns),
                                       [("events to", args.events),
@@ -123,10 +127,20 @@ async def _replay(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _save(path: Path | None, turns: list[dict[str, Any]], runner: TurnRunner) -> None:
+def _save(path: Path | None, turns: list[dict[str, Any]], runner: TurnRunner,
+          supervisor: Supervisor) -> None:
     if path is not None:
         turn_options.write_json_atomic(path, {"turns": turns,
-                                              "history": runner.conversation.to_json()})
+                                              "history": runner.conversation.to_json(),
+                                              "server_restarts": supervisor.restarts})
+
+
+async def _supervise(result: TurnResult, supervisor: Supervisor) -> None:
+    """After a failed turn: if the managed server died, say how and restart it."""
+    if result.error is not None:
+        line = await supervisor.check_async()
+        if line:
+            print(f"voice-llm replay: {line}", file=sys.stderr)
 
 
 async def _load_interruption(path: Path | None) -> np.ndarray | None:

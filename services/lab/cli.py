@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,14 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    import asyncio
     from datetime import datetime
 
     from pipeline.llm_client import LlmClient, LlmError
     from services.lab import report, tables
     from services.lab.context import DOCS_DIR, Lab, load_docs
     from services.lab.progress import RichTracker, table_console
+    from services.turn_options import Stopper
 
     console = table_console()
     docs = load_docs(args.docs or DOCS_DIR)
@@ -78,6 +81,9 @@ async def _run(args: argparse.Namespace) -> int:
     machine = {"cpus": os.cpu_count(), "load_before": _load()}
     out_path = args.out / "lab.json"
     result: dict[str, Any] = {} if args.experiment == "all" else report.load(out_path)
+    stopper = Stopper().install()  # no turn runner: a signal cancels the experiment
+    done: list[str] = []
+    idle = ""
     async with LlmClient(server.url, read_timeout=120.0) as client:
         try:
             server.props = await client.get_json("/props")
@@ -86,16 +92,29 @@ async def _run(args: argparse.Namespace) -> int:
                 for name in selected:
                     key = name.replace("-", "_")
                     result[key] = await _experiment(lab, key, args)
+                    done.append(name)
                     tracker.console.print(tables.to_rich(tables.BUILDERS[key](result[key])))
+        except asyncio.CancelledError:
+            stopper.absorb()
+            # The cancelled experiment's streams closed on the way out (async with);
+            # as after a barge-in, make sure the server really stopped.
+            idle = await _slot_idle(client)
         except LlmError as e:
             raise UserError(f"llama-server at {server.url} failed during the lab: {e}") from e
         except TimeoutError as e:
             where = server.log_path or "the server log"
             raise UserError(f"{e} (is the machine overloaded? see {where})") from e
+        finally:
+            stopper.remove()
     result["server"] = server.summary()
     result["machine"] = {**machine, "load_after": _load()}
     result["measured_at"] = datetime.now().isoformat(timespec="seconds")
     written = report.write(args.out, result)
+    if stopper.signal is not None:
+        print(f"voice-llm lab: stopped by {stopper.signal.name} after "
+              f"{', '.join(done) or 'no experiment'} ({idle}); saved "
+              + ", ".join(str(p) for p in written), file=sys.stderr)
+        return stopper.exit_code
     summary = tables.checks(result)
     if summary.rows:
         console.print(tables.to_rich(summary))
@@ -131,6 +150,25 @@ async def _find_or_start(url: str, server_log: Path | None, console: Any) -> Any
         console.print(f"started the managed llama-server at {url}; it keeps running "
                       "(stop it with 'voice-llm down')")
     return ServerUnderTest(url=url, log_path=log_path, started_by_lab=not was_running)
+
+
+async def _slot_idle(client: Any, within: float = 2.0) -> str:
+    """Poll /slots until no slot is processing; says how that went, for the stop line."""
+    import asyncio
+    import time
+
+    from pipeline.llm_client import LlmError
+
+    deadline = time.monotonic() + within
+    try:
+        while time.monotonic() < deadline:
+            slots = await client.get_json("/slots")
+            if not any(s.get("is_processing") for s in slots):
+                return "slot confirmed idle"
+            await asyncio.sleep(0.01)
+    except LlmError as e:
+        return f"slot idle not confirmed: {e}"
+    return f"slot still busy after {within:g} s"
 
 
 def _load() -> float | None:
