@@ -32,6 +32,7 @@ class Lease:
     busy: bool = False
     idle_since: float = field(default_factory=time.monotonic)
     reclaimed: int = 0  # times its slot went to a waiting conversation
+    closed: bool = False  # the conversation ended: it must never get a slot again
 
 
 class SlotPool:
@@ -58,6 +59,8 @@ class SlotPool:
         """Give ``lease`` a slot now if one is free (or reclaimable) and nobody waits."""
         if lease.slot is not None:
             return True
+        if lease.closed:
+            raise QueueTimeout("the conversation was closed while it waited for a slot")
         if self.waiting and self.waiting[0] is not lease:
             return False
         slot = self._free_slot()
@@ -106,6 +109,7 @@ class SlotPool:
         if lease.slot is not None and self.holders.get(lease.slot) is lease:
             del self.holders[lease.slot]
         lease.slot = None
+        lease.closed = True
         if lease in self.waiting:
             self.waiting.remove(lease)
         self._signal()

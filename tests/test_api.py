@@ -261,6 +261,18 @@ async def test_a_waiter_gets_the_slot_the_moment_it_is_released() -> None:
     assert second.slot == 0 and waited < 0.5
 
 
+async def test_a_conversation_closed_while_queued_never_takes_a_slot() -> None:
+    pool = SlotPool(1)
+    first, second = Lease("a"), Lease("b")
+    await pool.acquire(first)
+    waiter = asyncio.create_task(pool.acquire(second, 5.0))
+    await asyncio.sleep(0.01)
+    pool.release(second)  # its tab closed while it waited
+    with pytest.raises(QueueTimeout):
+        await asyncio.wait_for(waiter, 2.0)
+    assert pool.holders == {0: first} and pool.waiting == []
+
+
 # --- bad input ---------------------------------------------------------------------------
 @pytest.mark.parametrize(("kwargs", "status", "kind"), [
     ({"data": b"hello", "headers": {"Content-Type": "text/plain"}}, 415,
