@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Soak (issue 12): N consecutive turns against the real llama-server, Whisper-free (text
+turns) but with real Piper and a real-time null sink, a third of them barged in at a random
+moment of their playback. Reports turns completed, errors, whether the server's slot was
+confirmed idle after every interrupted turn, and at start (after a warm-up) vs end: RSS,
+open file descriptors, sockets, asyncio tasks. Not part of the test run: it is a benchmark.
+
+    flock /tmp/cpu.lock scripts/soak.py [--turns 200] [--llm-url URL] [--out out/soak]
+
+Every turn runs in one conversation (the history cap and the overflow trim keep it inside
+the context), as a long talk would. Writes soak.json and prints the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+QUESTIONS = ["How do I sleep better?", "Why is the sky blue?",
+             "Tell me about the history of bicycles.", "What is a good breakfast?",
+             "How do plants grow?", "What should I pack for a day hike?"]
+
+
+def resources() -> dict[str, int]:
+    fds = os.listdir("/proc/self/fd")
+    sockets = sum(1 for fd in fds if _link(fd).startswith("socket:"))
+    rss_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text()
+                  .splitlines() if line.startswith("VmRSS:"))
+    return {"rss_mb": rss_kb // 1024, "fds": len(fds), "sockets": sockets,
+            "asyncio_tasks": len(asyncio.all_tasks()),
+            "threads": len(os.listdir("/proc/self/task"))}
+
+
+def _link(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
+    from pipeline.audio_out import RealtimeNullSink
+    from pipeline.bargein import BargeIn
+    from services.assistant import load_assistant
+    from services.supervisor import Supervisor
+    from services.turn_options import write_json_atomic
+
+    rng = random.Random(args.seed)
+    assistant = await load_assistant(args.llm_url)
+    sink = RealtimeNullSink()
+    await sink.open(assistant.tts.sample_rate)
+    runner = assistant.runner(sink)
+    bargein = BargeIn(runner)
+    runner.listeners.append(bargein.on_event)
+    supervisor = Supervisor(args.llm_url)
+    for q in QUESTIONS[:3]:  # warm-up: models, pools and caches reach their steady size
+        await runner.run(text=q)
+    gc.collect()
+    start = resources()
+    turns: list[dict[str, Any]] = []
+    started = time.monotonic()
+    for i in range(args.turns):
+        interrupt = rng.random() < 1 / 3
+        at = round(rng.uniform(0.05, 2.5), 2)
+        watcher = asyncio.create_task(bargein.scripted(at)) if interrupt else None
+        try:
+            result = await runner.run(text=QUESTIONS[i % len(QUESTIONS)])
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        idle = [e.data.get("confirmed") for e in result.events if e.name == "server.slot_idle"]
+        if result.error is not None:
+            line = await supervisor.check_async()
+            if line:
+                print(f"soak: {line}", file=sys.stderr)
+        turns.append({"turn": i + 1, "bargein_at": at if interrupt else None,
+                      "interrupted": result.interrupted, "error": result.error,
+                      "slot_idle": idle[0] if idle else None,
+                      "first_audio_ms": result.metrics.first_audio_ms})
+        if (i + 1) % 20 == 0:
+            print(f"soak: {i + 1}/{args.turns} turns, {resources()}", file=sys.stderr)
+    await sink.close()
+    await assistant.close()
+    gc.collect()
+    end = resources()
+    interrupted = [t for t in turns if t["interrupted"]]
+    report = {
+        "turns": args.turns, "completed": sum(t["error"] is None for t in turns),
+        "errors": [t for t in turns if t["error"]],
+        "interrupted": len(interrupted),
+        "interrupted_confirmed_idle": sum(t["slot_idle"] is True for t in interrupted),
+        "server_restarts": supervisor.restarts,
+        "seconds": round(time.monotonic() - started, 1),
+        "start": start, "end": end, "per_turn": turns,
+    }
+    write_json_atomic(args.out / "soak.json", report)
+    return report
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--turns", type=int, default=200)
+    p.add_argument("--llm-url", default=os.environ.get("VOICE_LLM_URL", "http://127.0.0.1:8080"))
+    p.add_argument("--out", type=Path, default=ROOT / "out/soak")
+    p.add_argument("--seed", type=int, default=12)
+    args = p.parse_args()
+    r = asyncio.run(soak(args))
+    print(f"turns completed {r['completed']}/{r['turns']} · errors {len(r['errors'])} · "
+          f"interrupted {r['interrupted']}, slot confirmed idle after "
+          f"{r['interrupted_confirmed_idle']}/{r['interrupted']} · restarts "
+          f"{r['server_restarts']} · {r['seconds']} s")
+    print(f"{'':14}{'start':>8}{'end':>8}")
+    for key in r["start"]:
+        print(f"{key:14}{r['start'][key]:>8}{r['end'][key]:>8}")
+    print(f"wrote {args.out / 'soak.json'}")
+    ok = (r["completed"] == r["turns"]
+          and r["interrupted_confirmed_idle"] == r["interrupted"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
