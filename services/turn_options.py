@@ -132,6 +132,7 @@ class Stopper:
         self.signal: signal.Signals | None = None
         self.runner: TurnRunner | None = None  # the runner whose turn a signal closes
         self._main: asyncio.Task[Any] | None = None
+        self._deadline: asyncio.TimerHandle | None = None
 
     def install(self) -> Stopper:
         loop = asyncio.get_running_loop()
@@ -141,6 +142,8 @@ class Stopper:
         return self
 
     def remove(self) -> None:
+        if self._deadline is not None:  # the turn closed in time: do not cancel the saving
+            self._deadline.cancel()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -158,7 +161,8 @@ class Stopper:
         self.signal = self.signal or sig
         if first and self.runner is not None and self.runner.interrupt(f"signal:{sig.name}"):
             if self._main is not None:
-                asyncio.get_running_loop().call_later(self.grace, self._cancel)
+                self._deadline = asyncio.get_running_loop().call_later(self.grace,
+                                                                       self._cancel)
             return
         self._cancel()
 

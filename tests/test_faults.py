@@ -338,3 +338,32 @@ async def test_sixty_turns_overflow_a_2048_context_and_keep_working(
         assert errors == []
         assert trims >= 1
         assert runner.conversation.messages_for("x")[0]["role"] == "system"
+
+
+async def test_a_signal_closes_the_running_turn_like_a_barge_in() -> None:
+    """Stopper in-process: SIGTERM to ourselves mid-playback closes the turn (stream
+    closed, slot confirmed idle) instead of killing the process; exit code 143."""
+    from fake_llm import FakeLlm
+    from test_turn import AUDIO, make_runner
+
+    from pipeline.llm_client import LlmClient
+    from services.turn_options import Stopper
+
+    async with FakeLlm(_sentences_reply(token_delay=0.05)) as fake:  # type: ignore[arg-type]
+        async with LlmClient(fake.url) as client:
+            runner = await make_runner(fake, client, max_sentences=None)
+            stopper = Stopper().install()
+            stopper.runner = runner
+            loop = asyncio.get_running_loop()
+            runner.listeners.append(lambda e: loop.call_soon(
+                os.kill, os.getpid(), signal.SIGTERM) if e.name == "playback.start" else None)
+            try:
+                result = await asyncio.wait_for(runner.run(AUDIO), 10)
+            finally:
+                stopper.remove()
+            assert stopper.exit_code == 143 and result.interrupted
+            names = [e.name for e in result.events]
+            assert "llm.closed" in names
+            idle = [e for e in result.events if e.name == "server.slot_idle"]
+            assert idle and idle[0].data["confirmed"] is True
+            assert runner.conversation.history[-1]["content"].endswith("…")
