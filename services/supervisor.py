@@ -59,12 +59,13 @@ class Supervisor:
             find_server.ensure_server(url, options=options, state_dir=server.state_dir,
                                       quiet=True)
         except UserError as e:
-            log.error("llama-server restart failed: %s", e)
+            log.info("llama-server restart failed: %s", e)
             return f"{how}; restarting it failed: {e}"
         self.restarts += 1
         new = find_server.started_here(url)
         new_pid = _recorded_pid(new[0]) if new else None
-        log.warning("llama-server at %s restarted (restart %d, pid %s): %s", url,
+        # info, not warning: the caller prints the one line the user sees.
+        log.info("llama-server at %s restarted (restart %d, pid %s): %s", url,
                     self.restarts, new_pid, how)
         return (f"{how}; restarted it in {time.monotonic() - started:.1f} s (pid {new_pid}, "
                 f"restart {self.restarts}) — the next turn uses it; log {server.log_path}")

@@ -193,14 +193,14 @@ def test_llama_server_killed_mid_reply_is_named_restarted_and_the_next_turn_work
     assert len(died) == 1 and "restarted it" in died[0] and "restart 1" in died[0], stderr
     data = json.loads(out.read_text())
     cut, nxt = data["turns"]
-    assert cut["error"] and "lost mid-stream" in cut["error"]
+    assert cut["error"] and "llama-server" in cut["error"]
     assert nxt["error"] is None and nxt["reply"]
     assert data["server_restarts"] == 1
     history = data["history"]["history"]
     # The cut turn keeps what was heard: the sentences released before the kill were
     # synthesized and played to the end (the rule), and the history says it was cut.
     assert len(history) == 4 and history[1]["content"].endswith("…")
-    assert cut["heard"] and history[1]["content"].startswith(cut["heard"])
+    assert cut["heard"] and cut["heard"] in history[1]["content"]
     evs = [json.loads(x) for x in events.read_text().splitlines()]
     played = [e for e in evs if e["turn"] == 1 and e["stage"] == "playback"]
     assert played and played[-1]["event"] == "end"
