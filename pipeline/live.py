@@ -186,7 +186,9 @@ class LiveTurnTaker:
         spec = self._spec
         if spec is None or ev.name != EventName.ASR_END or spec.confirmed.is_set():
             return
-        decision = self.policy.decide(str(ev.data.get("text", "")))
+        logprob = ev.data.get("avg_logprob")
+        decision = self.policy.decide(str(ev.data.get("text", "")),
+                                      float(logprob) if logprob is not None else None)
         self.segmenter.end_after(decision.wait_ms)
         self.runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms,
                          reason=str(decision.reason))

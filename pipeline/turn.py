@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -55,6 +55,21 @@ MODES = ("streamed", "serial")
 
 class Transcriber(Protocol):
     def transcribe(self, audio: np.ndarray) -> str: ...
+
+
+class Recognition(Protocol):
+    text: str
+    avg_logprob: float
+
+
+@runtime_checkable
+class ConfidentTranscriber(Protocol):
+    """A transcriber that also says how sure it was (``pipeline.asr.WhisperAsr``): the
+    live endpoint policy trusts Whisper's punctuation only when Whisper was sure."""
+
+    def transcribe(self, audio: np.ndarray) -> str: ...
+
+    def recognize(self, audio: np.ndarray) -> Recognition: ...
 
 
 class Synthesizer(Protocol):
@@ -308,12 +323,18 @@ class _Turn:
         if audio is None or asr is None:
             raise TurnError("no audio and no text for this turn")
         self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / SAMPLE_RATE, 3))
+        confidence: dict[str, float] = {}
         try:
-            transcript = (await asyncio.to_thread(asr.transcribe, audio)).strip()
+            if isinstance(asr, ConfidentTranscriber):
+                heard = await asyncio.to_thread(asr.recognize, audio)
+                transcript = heard.text.strip()
+                confidence["avg_logprob"] = round(heard.avg_logprob, 3)
+            else:
+                transcript = (await asyncio.to_thread(asr.transcribe, audio)).strip()
         except Exception as e:  # a model failure ends this turn, not the conversation
             log.exception("ASR failed")
             raise TurnError(f"speech recognition failed: {e}") from e
-        self.rec.emit(EventName.ASR_END, text=transcript)
+        self.rec.emit(EventName.ASR_END, text=transcript, **confidence)
         if not transcript:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         return transcript

@@ -126,13 +126,24 @@ def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extr
     return recording, log.events, []
 
 
-def measure_gaps(recording: Path, questions: list[Path]) -> list[float | None]:
+def played_s(events: list[dict[str, object]], turn: int) -> float:
+    """How long turn ``turn``'s reply played (events), so the search skips past all of it:
+    a reply's pauses between sentences can be longer than any quiet rule."""
+    mine = {f"{e['stage']}.{e['event']}": float(e["t"]) for e in events  # type: ignore[arg-type]
+            if e["turn"] == turn}
+    start = mine.get("playback.start")
+    end = mine.get("playback.end", mine.get("playback.stopped"))
+    return 0.0 if start is None or end is None else end - start
+
+
+def measure_gaps(recording: Path, questions: list[Path],
+                 events: list[dict[str, object]]) -> list[float | None]:
     """Question end -> reply start, from the one recording holding both."""
     rms = frame_rms(read_wav(recording))
     loud = rms > LOUD
     gaps: list[float | None] = []
     cursor = 0
-    for question in questions:
+    for turn, question in enumerate(questions, 1):
         first, last = voiced_span(question)
         onsets = np.flatnonzero(loud[cursor:])
         if onsets.size == 0:
@@ -146,9 +157,7 @@ def measure_gaps(recording: Path, questions: list[Path]) -> list[float | None]:
             break
         reply = q_end + 3 + after[0]
         gaps.append(round((reply - q_end) * FRAME_S * 1000, 1))
-        # the reply ends at the first 0.6 s of quiet after it (questions are 0.8 s apart)
-        quiet = np.flatnonzero(np.convolve(~loud[reply:], np.ones(60), "valid") == 60)
-        cursor = reply + (quiet[0] if quiet.size else 0) + 1
+        cursor = reply + int((played_s(events, turn) + 0.3) / FRAME_S)
     return gaps
 
 
@@ -245,8 +254,11 @@ def main() -> int:
     turns: list[Turn] = []
     counts: dict[str, dict[str, int]] = {}
     with private_pulse() as env:
+        # adjust_time=0: the two null sinks run on one clock, so no rate adjustment and no
+        # resampling (which would take CPU from the pipeline being measured).
         subprocess.run(["pactl", "load-module", "module-combine-sink", "sink_name=both",
-                        "slaves=mic,speaker"], env=env, check=True, capture_output=True)
+                        "slaves=mic,speaker", "adjust_time=0", "resample_method=trivial"],
+                       env=env, check=True, capture_output=True)
         for round_ in range(1, args.rounds + 1):
             order = list(CONDITIONS) if round_ % 2 else list(reversed(CONDITIONS))
             for cond in order:
@@ -255,7 +267,7 @@ def main() -> int:
                 print(f"round {round_}: {cond} ({len(questions)} questions) ...", flush=True)
                 recording, events, _ = run_condition(env, llm_url, questions, CONDITIONS[cond],
                                                      work)
-                gaps = measure_gaps(recording, questions)
+                gaps = measure_gaps(recording, questions, events)
                 turns += turns_of(cond, round_, questions, events, gaps)
                 got = speculation_counts(events)
                 prev = counts.setdefault(cond, dict.fromkeys(got, 0))

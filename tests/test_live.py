@@ -132,3 +132,27 @@ async def test_a_speculation_that_heard_nothing_leaves_the_end_to_an_ordinary_tu
     await until(lambda: turns)
     assert not turns[0].speculative and turns[0].result.error is None
     await live.close()
+
+
+async def test_an_unsure_speculative_transcript_waits_the_default(llm) -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Heard:
+        text: str
+        avg_logprob: float
+
+    class UnsureAsr(FakeAsr):
+        def recognize(self, audio: np.ndarray) -> Heard:
+            return Heard("My thigh team mat.", -0.9)  # looks finished, Whisper was unsure
+
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = UnsureAsr()
+    seg = RecordingSegmenter()
+    live = LiveTurnTaker(runner, seg, on_turn=lambda turn: None)
+    live.on_segment(pause(1.0))
+    await until(lambda: seg.ends)
+    assert seg.ends == [live.policy.default_ms]
+    live.on_segment(SpeechResumed(RATE, 500.0))
+    await live.close()
