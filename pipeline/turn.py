@@ -104,6 +104,9 @@ class TurnConfig:
     # stays cached); None lets llama-server choose. Barge-in then waits on this slot only.
     id_slot: int | None = None
     volatile: Callable[[], str | None] | None = None  # per-turn text, placed last
+    # The reply's language for the splitter's abbreviation and ordinal rules (the ASR
+    # language); None uses every language's tables (docs/splitter.md).
+    language: str | None = None
 
 
 @dataclass
@@ -372,7 +375,8 @@ class _Turn:
 
     # -- stages ---------------------------------------------------------------------
     async def llm_stage(self, stream: ChatStream) -> None:
-        chunker = SpeechChunker(SentenceSplitter(), max_sentences=self.cfg.max_sentences,
+        chunker = SpeechChunker(SentenceSplitter(language=self.cfg.language),
+                                max_sentences=self.cfg.max_sentences,
                                 first_max_chars=self.cfg.first_max_chars)
         try:
             async with stream:

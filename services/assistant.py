@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from pipeline.audio_out import AudioSink
@@ -73,4 +73,7 @@ async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int
         await asyncio.to_thread(tts.load)
     llm = LlmClient(url)
     await llm.__aenter__()
-    return Assistant(asr, tts, llm, url, config or TurnConfig())
+    # The splitter follows the language Whisper is told to hear ("auto": all its tables).
+    config = replace(config or TurnConfig(),
+                     language=None if language in ("", "auto") else language)
+    return Assistant(asr, tts, llm, url, config)

