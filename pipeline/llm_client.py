@@ -182,6 +182,24 @@ class LlmClient:
             raise LlmError(f"llama-server at {self.base_url} answered {path} with "
                            f"non-JSON: {_one_line(text)[:120]!r}") from exc
 
+    async def wait_slot_idle(self, limit_s: float, *, slot: int | None = None,
+                             interval: float = 0.005) -> float | None:
+        """Poll ``/slots`` until ``slot`` (None: every slot) is not processing; the monotonic
+        time it was first seen idle, or None after ``limit_s``. The proof that a hang-up
+        stopped the server (barge-in, an abandoned speculation, the lab). A poll costs a
+        few ms on localhost; a transport failure raises ``LlmError``."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            slots = await self.get_json("/slots")
+            now = time.monotonic()
+            mine = [s for s in slots if isinstance(s, dict)
+                    and (slot is None or s.get("id") == slot)] if isinstance(slots, list) else []
+            if not any(s.get("is_processing") for s in mine):
+                return now
+            if now > deadline:
+                return None
+            await asyncio.sleep(interval)
+
     # The pieces below are used by ChatStream.
 
     def _ensure_session(self) -> aiohttp.ClientSession:

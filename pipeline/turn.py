@@ -533,21 +533,17 @@ class _Turn:
 
         With ``id_slot`` set only that slot counts (another conversation's busy slot is
         not ours); without it, any busy slot might be ours, so all must be idle."""
-        deadline = time.monotonic() + self.cfg.slot_idle_timeout
-        while time.monotonic() < deadline:
-            try:
-                slots = await self.runner.llm.get_json("/slots")
-            except LlmError as e:
-                self.rec.emit(EventName.SLOT_IDLE, confirmed=False, reason=str(e))
-                return
-            own = [s for s in slots
-                   if self.cfg.id_slot is None or s.get("id") == self.cfg.id_slot]
-            if not any(s.get("is_processing") for s in own):
-                self.rec.emit(EventName.SLOT_IDLE, confirmed=True)
-                return
-            await asyncio.sleep(0.005)
-        self.rec.emit(EventName.SLOT_IDLE, confirmed=False,
-                      reason=f"slot still busy after {self.cfg.slot_idle_timeout:.1f} s")
+        try:
+            idle = await self.runner.llm.wait_slot_idle(self.cfg.slot_idle_timeout,
+                                                        slot=self.cfg.id_slot)
+        except LlmError as e:
+            self.rec.emit(EventName.SLOT_IDLE, confirmed=False, reason=str(e))
+            return
+        if idle is not None:
+            self.rec.emit(EventName.SLOT_IDLE, confirmed=True)
+        else:
+            self.rec.emit(EventName.SLOT_IDLE, confirmed=False,
+                          reason=f"slot still busy after {self.cfg.slot_idle_timeout:.1f} s")
 
 
 def _overflow(e: LlmHttpError) -> tuple[int, int] | None:

@@ -7,8 +7,6 @@ progress bar while tests run silently.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,17 +60,11 @@ class Lab:
         return list(data) if isinstance(data, list) else []
 
     async def wait_slots_idle(self, limit_s: float = 60.0, interval: float = 0.005) -> float:
-        """Poll ``/slots`` until no slot is processing; return the monotonic time it was
-        first seen idle. Polling is cheap (a few ms per call on localhost)."""
-        deadline = time.monotonic() + limit_s
-        while True:
-            slots = await self.slots()
-            now = time.monotonic()
-            if not any(s.get("is_processing") for s in slots):
-                return now
-            if now > deadline:
-                raise TimeoutError(f"llama-server slot still busy after {limit_s:.0f} s")
-            await asyncio.sleep(interval)
+        """The monotonic time no slot was processing any more (``LlmClient.wait_slot_idle``)."""
+        idle = await self.client.wait_slot_idle(limit_s, interval=interval)
+        if idle is None:
+            raise TimeoutError(f"llama-server slot still busy after {limit_s:.0f} s")
+        return idle
 
 
 def load_docs(folder: Path = DOCS_DIR) -> list[str]:
