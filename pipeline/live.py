@@ -59,7 +59,7 @@ class SpeculationStats:
         return {"started": self.started, "confirmed": self.confirmed,
                 "cancelled": self.cancelled,
                 "cancelled_idle_confirmed": self.cancelled_idle_confirmed,
-                "saved_ms_p50": saved[len(saved) // 2] if saved else None,
+                "saved_ms_p50": round(saved[len(saved) // 2]) if saved else None,
                 "wasted_tokens": self.wasted_tokens}
 
 

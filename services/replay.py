@@ -42,6 +42,11 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    help="write per-turn metrics, transcripts and the history as JSON")
     p.add_argument("--play", action="store_true",
                    help="play through the sound card instead of the real-time null sink")
+    p.add_argument("--live", action="store_true",
+                   help="speak the files into a recorded microphone in real time and take "
+                   "the turns like talk does (VAD, speculation, endpoint; docs/live.md) "
+                   "instead of handing each file over whole")
+    turn_options.add_live_options(p)
     turn_options.add_turn_options(p)
 
 
@@ -53,6 +58,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--interrupt-at must be >= 0 seconds")
     if args.interrupt_wav is not None and args.interrupt_at is None:
         raise UserError("--interrupt-wav needs --interrupt-at SEC (when to interrupt)")
+    if args.live:
+        from services.replay_live import replay_live
+
+        if args.interrupt_at is not None:
+            raise UserError("--live takes the turns as spoken: --interrupt-at is for the "
+                            "whole-file replay")
+        turn_options.check_live_options(args)
+        return asyncio.run(replay_live(args))
     return asyncio.run(_replay(args))
 
 

@@ -42,15 +42,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--headphones", action="store_true",
                    help="no echo guard: the microphone cannot hear the assistant, so any "
                    "speech over it barges in (see docs/talk.md)")
-    p.add_argument("--end-silence-ms", type=int, default=600, metavar="MS",
-                   help="silence that ends your utterance when nothing better is known "
-                   "(default %(default)s; with speculation the endpoint policy decides "
-                   "from what you said, see docs/live.md)")
-    p.add_argument("--no-speculate", dest="speculate", action="store_false",
-                   help="start the turn only at the end of your utterance (no speculative "
-                   "start at the first pause, a fixed --end-silence-ms)")
-    p.add_argument("--pause-ms", type=int, default=200, metavar="MS",
-                   help="pause that starts a speculative turn (default %(default)s)")
+    turn_options.add_live_options(p)
     p.add_argument("--bargein-min-ms", type=int, default=300, metavar="MS",
                    help="speech over the assistant that interrupts it (default %(default)s; "
                    "the echo guard adds 200 ms unless --headphones)")
@@ -78,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
         if args.list_devices:
             print(list_devices())
             return 0
-        if args.end_silence_ms < 100 or args.bargein_min_ms < 0 or args.pause_ms < 64:
-            raise UserError("--end-silence-ms must be >= 100, --pause-ms >= 64 and "
-                            "--bargein-min-ms >= 0")
+        turn_options.check_live_options(args)
+        if args.bargein_min_ms < 0:
+            raise UserError("--bargein-min-ms must be >= 0")
         mic_name = check_input_device(device_arg(args.input_device))
         speaker_name = check_output_device(device_arg(args.output_device))
     except AudioDeviceError as e:
@@ -217,7 +209,5 @@ def _report(turn: LiveTurn, status: Status) -> None:
                     + ("  [interrupted]" if result.interrupted else ""))
     live = (f"speculative, endpoint {turn.endpoint_ms:.0f} ms" if turn.speculative
             else f"end-of-speech wait {turn.endpoint_ms:.0f} ms")
-    mouth = turn.first_audio_from_speech_end_ms
-    status.line(f"  {summary_line(result.metrics)} · {live}"
-                + ("" if mouth is None else f" · from your last sound {mouth:.0f} ms"))
+    status.line(f"  {summary_line(result.metrics)} · {live}")
     status.set("listening")

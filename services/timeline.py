@@ -86,6 +86,9 @@ def summary_line(m: TurnMetrics) -> str:
              f"ttft {f(m.ttft_ms)}", f"1st sentence {f(m.first_sentence_ms)}",
              f"tts1 {f(m.tts_first_ms)}", f"overhead {f(m.overhead_ms)}",
              f"cache {m.cache_n}/{m.prompt_n} tok"]
+    if m.first_audio_from_speech_end_ms is not None:
+        parts.append(f"from your last sound {f(m.first_audio_from_speech_end_ms)} ms"
+                     + (" (speculative)" if m.speculation_confirmed_ms is not None else ""))
     if m.interrupted:
         parts.append(f"barge-in: silence {f(m.bargein_to_silence_ms)} / closed "
                      f"{f(m.bargein_to_llm_closed_ms)} / slot idle "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.turn import MODES, TurnConfig
+from services.errors import UserError
 
 if TYPE_CHECKING:
     from pipeline.events import Event
@@ -187,3 +188,21 @@ def saved_line(command: str, sig: signal.Signals, turns: int,
     return (f"voice-llm {command}: stopped by {sig.name} after {turns} turn"
             f"{'' if turns == 1 else 's'}; saved " + (", ".join(where) or "nothing (no "
                                                        "--events/--json asked)"))
+
+
+def add_live_options(p: argparse.ArgumentParser) -> None:
+    """How live turns are taken (talk, replay --live; docs/live.md)."""
+    p.add_argument("--end-silence-ms", type=int, default=600, metavar="MS",
+                   help="silence that ends your utterance when nothing better is known "
+                   "(default %(default)s; with speculation the endpoint policy decides "
+                   "from what you said, see docs/live.md)")
+    p.add_argument("--no-speculate", dest="speculate", action="store_false",
+                   help="start the turn only at the end of your utterance (no speculative "
+                   "start at the first pause, a fixed --end-silence-ms)")
+    p.add_argument("--pause-ms", type=int, default=200, metavar="MS",
+                   help="pause that starts a speculative turn (default %(default)s)")
+
+
+def check_live_options(args: argparse.Namespace) -> None:
+    if args.end_silence_ms < 100 or args.pause_ms < 64:
+        raise UserError("--end-silence-ms must be >= 100 and --pause-ms >= 64")
