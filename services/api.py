@@ -44,6 +44,7 @@ NDJSON = "application/x-ndjson"
 WAV_TYPES = ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave",
              "application/octet-stream")
 MAX_TOKENS_LIMIT = 1024
+AUDIO_CHUNK = 8192  # samples per audio line: 0.37 s at 22 050 Hz, 22 kB of base64
 
 
 class ApiError(Exception):
@@ -80,10 +81,15 @@ class StreamSink:
             return 0
         self.samples += samples.size
         if self.emit is not None:
-            pcm = np.asarray(samples).astype("<i2", copy=False).tobytes()
-            self.emit({"type": "audio", "sample_rate": self.sample_rate,
-                       "encoding": "pcm16le", "samples": int(samples.size),
-                       "data": base64.b64encode(pcm).decode("ascii")})
+            # The playback stage hands over a whole sentence (10 s of audio is 600 kB of
+            # base64); lines of at most AUDIO_CHUNK samples keep each one small enough for
+            # ordinary line readers and let a client start playing sooner.
+            pcm = np.asarray(samples).astype("<i2", copy=False)
+            for start in range(0, pcm.size, AUDIO_CHUNK):
+                block = pcm[start:start + AUDIO_CHUNK]
+                self.emit({"type": "audio", "sample_rate": self.sample_rate,
+                           "encoding": "pcm16le", "samples": int(block.size),
+                           "data": base64.b64encode(block.tobytes()).decode("ascii")})
         return int(samples.size)
 
     def stop(self) -> None:

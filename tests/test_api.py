@@ -21,6 +21,7 @@ from fake_llm import FakeLlm, Reply
 from test_web import REPLY, TTS_RATE, FakeAsr, FakeTts, tokens, wav_bytes
 
 from pipeline.llm_client import LlmClient
+from services.api import AUDIO_CHUNK
 from services.api_slots import Lease, QueueTimeout, SlotPool
 from services.assistant import Assistant
 from services.web import STATE, create_app
@@ -74,7 +75,7 @@ def make_app_fixture(fake_cls: type[FakeLlm] = FakeLlm, **app_options: Any
         async with fake_cls(Reply(tokens=tokens(REPLY), token_delay=0.005)) as fake:
             llm = LlmClient(fake.url)
             await llm.__aenter__()
-            assistant = Assistant(FakeAsr(), FakeTts(), llm, fake.url)  # type: ignore[arg-type]
+            assistant = Assistant(FakeAsr(), FakeTts(0.5), llm, fake.url)  # type: ignore[arg-type]
             app = create_app(assistant, max_upload_bytes=UPLOAD_LIMIT, max_utterance_s=2.0,
                              **app_options)
             try:
@@ -116,6 +117,7 @@ async def test_text_turn_streams_events_sentences_audio_and_the_result_last(
     assert {a["sample_rate"] for a in audio} == {TTS_RATE}
     pcm = b"".join(base64.b64decode(a["data"]) for a in audio)
     assert len(pcm) == 2 * sum(a["samples"] for a in audio) > 0
+    assert max(a["samples"] for a in audio) <= AUDIO_CHUNK  # no line is huge
     result = lines[-1]
     assert result["reply"] == REPLY and result["error"] is None
     assert result["metrics"]["first_audio_ms"] is not None
