@@ -114,7 +114,10 @@ async def level(url: str, n: int, turns: int, limit_s: float, pid: int | None
         except TimeoutError:
             results = [TimeoutError(f"level {n} took over {limit_s:g} s")]
         wall = time.monotonic() - start
-        await asyncio.sleep(0.5)  # let the service finish its clean-up before counting
+    # Counted after our client closed its keep-alive connections (each open one is a
+    # handler task and a socket in serve), so what remains is what serve kept.
+    await asyncio.sleep(1.0)
+    async with aiohttp.ClientSession() as http:
         after = {**proc_stats(pid), "tasks": (await health(http, url)).get("tasks")}
     records = [r for res in results if isinstance(res, list) for r in res]
     failures = [str(res) for res in results if isinstance(res, BaseException)]
@@ -131,7 +134,10 @@ async def level(url: str, n: int, turns: int, limit_s: float, pid: int | None
             "queue_wait_p50": pct(qw, 0.5), "queue_wait_max": max(qw, default=None),
             "cache_reuse_turn2plus": round(cached / total, 3) if total else None,
             "slots_used": sorted({r.get("id_slot") for r in ok if r.get("id_slot") is not None}),
-            "wall_s": round(wall, 1), "before": before, "after": after}
+            "wall_s": round(wall, 1), "before": before, "after": after,
+            "records": [{k: r.get(k) for k in ("session", "turn", "id_slot", "queue_wait_ms",
+                                               "first_audio_ms", "cache_n", "prompt_n",
+                                               "error")} for r in records]}
 
 
 def start_stack(slots: int, ctx: int) -> tuple[str, list[int], Any]:
