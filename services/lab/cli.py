@@ -152,8 +152,10 @@ async def _find_or_start(url: str, server_log: Path | None, console: Any) -> Any
     return ServerUnderTest(url=url, log_path=log_path, started_by_lab=not was_running)
 
 
-async def _slot_idle(client: Any, within: float = 2.0) -> str:
-    """Poll /slots until no slot is processing; says how that went, for the stop line."""
+async def _slot_idle(client: Any, within: float = 15.0) -> str:
+    """Poll /slots until no slot is processing; says how that went, for the stop line.
+    Generous: a hung-up prefill of a long lab prompt runs to its end (seconds) before the
+    server can notice the closed connection."""
     import asyncio
     import time
 
