@@ -126,9 +126,13 @@ class LiveTurnTaker:
             return
         self._chain(self._turn(utterance, time.monotonic(), endpoint_ms), "turn")
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = 3.0) -> None:
+        """End the conversation: a running turn is closed the way barge-in closes it
+        (stream closed, slot confirmed idle, what was heard kept), then the rest stops."""
         if self._spec is not None:
             self._cancel_speculation("conversation ended")
+        if self.runner.interrupt("conversation ended") and self._previous is not None:
+            await asyncio.wait({self._previous}, timeout=grace_s)
         await self.tasks.cancel_all()
 
     # -- speculation ----------------------------------------------------------------------

@@ -77,11 +77,16 @@ def run(args: argparse.Namespace) -> int:
         speaker_name = check_output_device(device_arg(args.output_device))
     except AudioDeviceError as e:
         raise UserError(str(e)) from None
+    stopped: list[signal.Signals] = []
     try:
-        return asyncio.run(_talk(args, mic_name, speaker_name))
+        return asyncio.run(_talk(args, mic_name, speaker_name, stopped))
     except (KeyboardInterrupt, asyncio.CancelledError):  # cleaned up inside already
-        print("\nbye", file=sys.stderr)
-        return 0
+        sig = stopped[0] if stopped else signal.SIGINT
+        saved = [f"events in {args.events}"] if args.events else []
+        saved += [f"history in {args.save_history}"] if args.save_history else []
+        print(f"\nvoice-llm talk: stopped by {sig.name}; the running turn was closed like a "
+              f"barge-in{'; ' + ', '.join(saved) if saved else ''}", file=sys.stderr)
+        return 128 + int(sig)
     except AudioDeviceError as e:
         raise UserError(str(e)) from None
 
@@ -131,7 +136,8 @@ class Status:
             self.set("thinking")
 
 
-async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> int:
+async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
+                stopped: list[signal.Signals]) -> int:
     from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
     from pipeline.live import LiveTurnTaker
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
@@ -143,9 +149,13 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str) -> i
     # a process started in the background by a shell has SIGINT ignored otherwise.
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    def on_signal(sig: signal.Signals) -> None:
+        stopped.append(sig)
         if main is not None:
-            loop.add_signal_handler(sig, main.cancel)
+            main.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
     status = Status()
     write_event = turn_options.EventWriter(args.events)
     assistant = await turn_options.assistant_for(args, args.mode)
