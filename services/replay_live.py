@@ -36,7 +36,7 @@ async def replay_live(args: argparse.Namespace) -> int:
     from pipeline.mic import SegmenterConfig, SileroStream, UtteranceEnd, UtteranceSegmenter
     from pipeline.recorded_mic import RecordedMic
     from pipeline.tasks import TaskSet
-    from services.replay import _report, _save, make_sink
+    from services.replay import _report, _save, _supervise, make_sink
     from services.supervisor import Supervisor
 
     write_event = turn_options.EventWriter(args.events)
@@ -45,6 +45,7 @@ async def replay_live(args: argparse.Namespace) -> int:
     tasks = TaskSet("replay-live")
     turns: list[dict[str, Any]] = []
     failures = 0
+    supervisor = Supervisor(args.llm_url)
     try:
         await sink.open(assistant.tts.sample_rate)
         runner = assistant.runner(sink, listeners=[write_event])
@@ -80,7 +81,8 @@ async def replay_live(args: argparse.Namespace) -> int:
                 failures += 1
                 continue
             failures += _report(turn.result, str(wav), turns)
-            _save(args.json, turns, runner, Supervisor(args.llm_url))
+            await _supervise(turn.result, supervisor)  # a dead server: named, restarted
+            _save(args.json, turns, runner, supervisor)
             await asyncio.sleep(0.5)  # the user takes a breath before the next question
         print(f"\nspeculation: {live.stats.to_dict()}")
         await live.close()
