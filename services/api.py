@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from aiohttp import web
 
+from pipeline.audio_out import InstantSink
 from pipeline.bargein import BargeIn
 from pipeline.events import Event, EventName
 from services.api_slots import Lease, QueueTimeout, SlotPool
@@ -60,27 +61,20 @@ class ApiError(Exception):
 
 
 # --- the sink: machines play the audio themselves --------------------------------------
-class StreamSink:
+class StreamSink(InstantSink):
     """An ``AudioSink`` that hands each block to the turn's NDJSON stream at once.
 
-    Like ``InstantSink``, audio counts as played when it is handed over (the client has it);
-    after ``stop()`` nothing more is handed over, so the history ends where the client's
-    audio ends."""
+    ``InstantSink``'s semantics: audio counts as played when it is handed over (the client
+    has it); after ``stop()`` nothing more is handed over, so the history ends where the
+    client's audio ends."""
 
     def __init__(self) -> None:
-        self.sample_rate = 0
-        self.samples = 0
+        super().__init__()
         self.emit: Callable[[dict[str, Any]], None] | None = None
-        self._stopped = False
-
-    async def open(self, sample_rate: int) -> None:
-        self.sample_rate = sample_rate
 
     async def play(self, samples: np.ndarray) -> int:
-        if self._stopped:
-            return 0
-        self.samples += samples.size
-        if self.emit is not None:
+        played = await super().play(samples)
+        if played and self.emit is not None:
             # The playback stage hands over a whole sentence (10 s of audio is 600 kB of
             # base64); lines of at most AUDIO_CHUNK samples keep each one small enough for
             # ordinary line readers and let a client start playing sooner.
@@ -90,16 +84,7 @@ class StreamSink:
                 self.emit({"type": "audio", "sample_rate": self.sample_rate,
                            "encoding": "pcm16le", "samples": int(block.size),
                            "data": base64.b64encode(block.tobytes()).decode("ascii")})
-        return int(samples.size)
-
-    def stop(self) -> None:
-        self._stopped = True
-
-    def resume(self) -> None:
-        self._stopped = False
-
-    async def close(self) -> None:
-        """Nothing to release."""
+        return played
 
 
 # --- options ---------------------------------------------------------------------------

@@ -78,7 +78,6 @@ def make_sink(play: bool, out_wav: Path | None) -> AudioSink:
 
 
 async def _replay(args: argparse.Namespace) -> int:
-    from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.bargein import BargeIn
 
     stopper = turn_options.Stopper().install()
@@ -99,10 +98,8 @@ async def _replay(args: argparse.Namespace) -> int:
             for wav in args.wavs:
                 if stopper.stopped:
                     break
-                try:
-                    audio = await asyncio.to_thread(load_wav, wav)
-                except AudioFileError as e:
-                    print(f"voice-llm replay: {e} (turn skipped)", file=sys.stderr)
+                audio = await load_turn(wav)
+                if audio is None:
                     failures += 1
                     continue
                 result = await _turn(runner, bargein, audio, args.interrupt_at)
@@ -154,6 +151,17 @@ async def _supervise(result: TurnResult, supervisor: Supervisor) -> None:
         line = await supervisor.check_async()
         if line:
             print(f"voice-llm replay: {line}", file=sys.stderr)
+
+
+async def load_turn(wav: str | Path) -> np.ndarray | None:
+    """One user turn's audio; a bad file is one line on stderr and None (turn skipped)."""
+    from pipeline.audio_in import AudioFileError, load_wav
+
+    try:
+        return await asyncio.to_thread(load_wav, wav)
+    except AudioFileError as e:
+        print(f"voice-llm replay: {e} (turn skipped)", file=sys.stderr)
+        return None
 
 
 async def _load_interruption(path: Path | None) -> np.ndarray | None:

@@ -30,13 +30,12 @@ TURN_LIMIT_S = 180.0
 
 
 async def replay_live(args: argparse.Namespace) -> int:
-    from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.bargein import BargeIn, SustainedSpeech
     from pipeline.live import LiveTurnTaker
     from pipeline.mic import SegmenterConfig, SileroStream, UtteranceEnd, UtteranceSegmenter
     from pipeline.recorded_mic import RecordedMic
     from pipeline.tasks import TaskSet
-    from services.replay import _report, _save, _supervise, make_sink
+    from services.replay import _report, _save, _supervise, load_turn, make_sink
     from services.supervisor import Supervisor
 
     write_event = turn_options.EventWriter(args.events)
@@ -67,10 +66,8 @@ async def replay_live(args: argparse.Namespace) -> int:
                                          detector=SustainedSpeech(300.0),
                                          on_segment=live.on_segment))
         for wav in args.wavs:
-            try:
-                audio = await asyncio.to_thread(load_wav, wav)
-            except AudioFileError as e:
-                print(f"voice-llm replay: {e} (turn skipped)", file=sys.stderr)
+            audio = await load_turn(wav)
+            if audio is None:
                 failures += 1
                 continue
             await mic.say(audio).wait()
