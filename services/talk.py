@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from pipeline.events import Event
     from pipeline.live import LiveTurn
     from pipeline.mic import SegmentEvent, UtteranceEnd
+    from services.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
     from pipeline.speaker import SoundDeviceSink
     from pipeline.tasks import TaskSet
+    from services.supervisor import Supervisor
 
     # Ctrl-C / SIGTERM cancel this task, so every `finally` below runs: the turn's LLM
     # stream closes, both audio streams stop, the history is saved. Installed explicitly:
@@ -166,8 +168,15 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
         end_silence_ms=args.end_silence_ms, bargein_min_ms=args.bargein_min_ms,
         pause_ms=args.pause_ms if args.speculate else None))
-    live = LiveTurnTaker(runner, segmenter, on_turn=lambda turn: _report(turn, status),
-                         speculate=args.speculate)
+    supervisor = Supervisor(args.llm_url)
+    tasks = TaskSet("talk")
+
+    def on_turn(turn: LiveTurn) -> None:
+        _report(turn, status)
+        if turn.result.error is not None and "supervise" not in tasks:
+            tasks.spawn("supervise", _supervise(supervisor, status))
+
+    live = LiveTurnTaker(runner, segmenter, on_turn=on_turn, speculate=args.speculate)
 
     def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
         if during_playback:  # began over the assistant and did not barge in: not a turn
@@ -179,7 +188,6 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
         status.on_segment(ev, runner.busy)
         live.on_segment(ev)
 
-    tasks = TaskSet("talk")
     try:
         await sink.open(assistant.tts.sample_rate)
         async with MicSource(device_arg(args.input_device)) as mic:
@@ -203,6 +211,15 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
                                                     ensure_ascii=False))
             print(f"history saved to {args.save_history}", file=sys.stderr)
     return 0
+
+
+async def _supervise(supervisor: Supervisor, status: Status) -> None:
+    """After a failed turn: if the managed llama-server died, say how and restart it, so
+    the next thing the user says is answered (the same rule as replay's)."""
+    line = await supervisor.check_async()
+    if line:
+        status.line(f"voice-llm talk: {line}")
+        status.set("listening")
 
 
 def _report(turn: LiveTurn, status: Status) -> None:

@@ -11,6 +11,7 @@ must stop (barge-in from the microphone VAD) and the second question must be ans
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -124,3 +125,62 @@ def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) ->
         assert (gap > 0.01).mean() < 0.1, "the reply kept playing after the barge-in"
     reply2 = span(play2_at - 0.2, play2_at + 1.5)
     assert (reply2 > 0.01).sum() * 0.05 >= 0.3, "the second question was not answered aloud"
+
+
+def test_talk_restarts_a_killed_server_and_answers_the_next_question(pulse, tmp_path) -> None:
+    """llama-server started by talk itself (managed, its child) is SIGKILLed by pid while it
+    streams the first reply: talk names the signal in one line, restarts it, and the next
+    question is answered (issue 12, supervision in talk as in replay)."""
+    from conftest import _free_port
+
+    from services import models
+    from services.errors import UserError
+    from services.llama_server import LlamaServer
+
+    try:
+        models.llama_server_binary()
+        models.llm_model()
+    except UserError as e:
+        pytest.skip(f"real llama-server not available: {e}")
+    events_path, state = tmp_path / "events.jsonl", tmp_path / "state"
+    env = {**pulse, "VOICE_LLM_STATE": str(state)}
+    url = f"http://127.0.0.1:{_free_port()}"
+    talk = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "talk", "--llm-url", url, "--input-device",
+         "pulse", "--output-device", "pulse", "--events", str(events_path),
+         "--max-sentences", "0", "--max-tokens", "300"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = LlamaServer(state)
+    try:
+        assert talk.stdout is not None
+        ready = talk.stdout.readline()
+        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
+        log = EventLog(events_path)
+        subprocess.run(["paplay", "--device=mic", str(SAMPLES / "02_bicycle_history.wav")],
+                       env=env, check=True, timeout=30)
+        log.wait(1, "splitter.sentence", 120, talk)
+        pid = server.running_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the server this test's talk started
+        error1, _ = log.wait(1, "turn.error", 60, talk)
+        time.sleep(3.0)  # the restart (a couple of seconds) runs while nobody speaks
+        subprocess.run(["paplay", "--device=mic", str(SAMPLES / "03_sky_blue.wav")],
+                       env=env, check=True, timeout=30)
+        asr2, _ = log.wait(2, "asr.end", 60, talk)
+        log.wait(2, "turn.end", 120, talk)
+    finally:
+        talk.send_signal(signal.SIGINT)
+        try:
+            _, err = talk.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            talk.kill()
+            _, err = talk.communicate()
+        server.stop()  # the restarted server, started by this test's talk
+    assert "Traceback" not in err, err
+    died = [x for x in err.splitlines() if "died with SIGKILL" in x]
+    assert len(died) == 1 and "restarted it" in died[0], err
+    assert "llama-server" in str(error1["message"])
+    assert "sky" in str(asr2["text"]).lower()
+    turn2 = [e for e in log.events if e["turn"] == 2]
+    assert any(e["stage"] == "playback" and e["event"] == "start" for e in turn2), \
+        "the question after the restart was not answered aloud"
