@@ -478,20 +478,35 @@ class SentenceSplitter:
 
 _CLAUSE_MARKS = frozenset(",;:—–")
 _CJK_CLAUSE_MARKS = frozenset("，；：、")
+# Words an English phrase starts with: a first sentence with no clause mark is cut just
+# before one of them ("The best way to stay safe on a hike | is to tell someone ...").
+_PHRASE_STARTS = frozenset("""
+and or but so because since while when where which who that if unless until though although
+to with for from about into through after before during without is are was were will would
+can could should
+""".split())
+_MIN_PHRASE_HEAD = 12  # characters: never cut a head shorter than "The best way"
 
 
 class SpeechChunker:
     """``max_sentences`` and the first-sentence soft cut around a ``SentenceSplitter``."""
 
     def __init__(self, splitter: SentenceSplitter | None = None, *,
-                 max_sentences: int | None = None, first_max_chars: int | None = None) -> None:
+                 max_sentences: int | None = None, first_max_chars: int | None = None,
+                 first_phrase_chars: int | None = None) -> None:
         self.splitter = splitter if splitter is not None else SentenceSplitter()
         self.max_sentences = max_sentences
         self.first_max_chars = first_max_chars
+        # A first sentence with no clause mark is cut at a word boundary: before the first
+        # phrase-starting word that begins at or after this many characters (None: never).
+        self.first_phrase_chars = first_phrase_chars
         self.sentences = 0  # full sentences released
         self._first_open = first_max_chars is not None  # still watching the first sentence
         self._fed_len = 0  # characters fed while watching the first sentence
         self._clause_end = -1  # offset in the fed text just after the latest clause mark
+        self._phrases: list[int] = []  # offsets of the phrase-starting words fed so far
+        self._word = ""  # the word being fed, and where it began
+        self._word_at = 0
         self._prev = self._prev2 = ""  # the last two characters fed
 
     @property
@@ -531,12 +546,29 @@ class SpeechChunker:
                                  or (self._prev == "-" and self._prev2.isspace()))
                     or self._prev in _CJK_CLAUSE_MARKS):  # CJK: no space after "，"
                 self._clause_end = self._fed_len
+            if c.isalpha() or c == "'":
+                if not self._word:
+                    self._word_at = self._fed_len
+                self._word += c
+            elif self._word:
+                if c.isspace() and self._word.lower() in _PHRASE_STARTS:
+                    self._phrases.append(self._word_at)
+                self._word = ""
             self._prev2, self._prev = self._prev, c
             self._fed_len += 1
         pending = self.splitter.pending_len
         start = self._fed_len - pending  # where the pending text begins in the fed text
-        if pending <= self.first_max_chars or self._clause_end <= start:
+        if pending <= self.first_max_chars:
+            return []
+        limit = self.first_phrase_chars
+        late = [p - start for p in self._phrases if limit is not None
+                and p - start >= max(limit, _MIN_PHRASE_HEAD)]
+        if self._clause_end > start:
+            cut = self._clause_end - start
+        elif late:
+            cut = late[0]
+        else:
             return []
         self._first_open = False  # one cut per reply; later sentences are never cut
-        head = self.splitter.cut_pending(self._clause_end - start)
+        head = self.splitter.cut_pending(cut)
         return [head] if head else []

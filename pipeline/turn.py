@@ -97,6 +97,9 @@ class TurnConfig:
     # Soft cut: a first sentence past N chars is released at its latest clause mark, so
     # Piper starts on "To make a good cup of tea," (measured: first audio p50 1048 -> 910 ms).
     first_max_chars: int | None = 30
+    # Word-boundary cut when the first sentence has no clause mark: released before the first
+    # "and/to/with/is..." at or past N chars (None: off). See docs/live.md for the measure.
+    first_phrase_chars: int | None = None
     temperature: float = 0.3
     seed: int | None = 1234
     slot_idle_timeout: float = 1.0
@@ -377,7 +380,8 @@ class _Turn:
     async def llm_stage(self, stream: ChatStream) -> None:
         chunker = SpeechChunker(SentenceSplitter(language=self.cfg.language),
                                 max_sentences=self.cfg.max_sentences,
-                                first_max_chars=self.cfg.first_max_chars)
+                                first_max_chars=self.cfg.first_max_chars,
+                                first_phrase_chars=self.cfg.first_phrase_chars)
         try:
             async with stream:
                 async for ev in stream:

@@ -31,6 +31,10 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
                    metavar="N", help="soft cut: a first sentence longer than N characters "
                    "is released at its latest clause mark (, ; : -) so speech starts sooner; "
                    "0 = never cut (default %(default)s)")
+    p.add_argument("--first-phrase-chars", type=int, default=TurnConfig.first_phrase_chars,
+                   metavar="N", help="word-boundary cut: a first sentence with no clause "
+                   "mark is released before the first 'and/to/with/is...' at or past N "
+                   "characters; 0 = off (default %(default)s; measured in docs/live.md)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
     p.add_argument("--tts-threads", type=int, default=1, metavar="N",
                    help="onnxruntime threads for Piper. In streamed mode Piper shares the 2 "
@@ -62,7 +66,8 @@ def add_events_option(p: argparse.ArgumentParser) -> None:
 def turn_config(args: argparse.Namespace, mode: str) -> TurnConfig:
     return TurnConfig(mode=mode, max_tokens=args.max_tokens,
                       max_sentences=args.max_sentences or None,
-                      first_max_chars=args.first_max_chars or None)
+                      first_max_chars=args.first_max_chars or None,
+                      first_phrase_chars=args.first_phrase_chars or None)
 
 
 async def assistant_for(args: argparse.Namespace, mode: str = "streamed") -> Assistant:

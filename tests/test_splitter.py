@@ -398,9 +398,32 @@ def test_soft_cut_head_does_not_count_as_a_sentence() -> None:
     assert c.done
 
 
+def test_phrase_cut_when_the_first_sentence_has_no_clause_mark() -> None:
+    c = SpeechChunker(first_max_chars=30, first_phrase_chars=30)
+    text = ("The best way to make sure you have a fun weekend is to plan ahead. "
+            "Then relax and enjoy it with friends and family all weekend long.")
+    out = run_chunker(c, CHUNKINGS["llm_tokens"](text))
+    assert out == ["The best way to make sure you have a fun weekend",
+                   "is to plan ahead.",
+                   "Then relax and enjoy it with friends and family all weekend long."]
+
+
+def test_phrase_cut_prefers_a_clause_mark_and_needs_a_long_enough_head() -> None:
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=2)
+    assert run_chunker(c, ["Sure and ", "this one has a comma, right here", " at last."]) == \
+        ["Sure and this one has a comma,", "right here at last."]
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=2)
+    assert run_chunker(c, ["Sure and this one has no mark at all but ends."]) == \
+        ["Sure and this one has no mark at all", "but ends."]  # "Sure" is too short
+    off = SpeechChunker(first_max_chars=20)  # no phrase cut: waits for the sentence end
+    assert run_chunker(off, ["The best way to make sure you have fun is to plan."]) == \
+        ["The best way to make sure you have fun is to plan."]
+
+
 @settings(max_examples=200, deadline=None)
-@given(chunked(), st.integers(1, 40))
-def test_chunker_keeps_every_character(sample: tuple[str, list[str]], limit: int) -> None:
+@given(chunked(), st.integers(1, 40), st.sampled_from([None, 15, 40]))
+def test_chunker_keeps_every_character(sample: tuple[str, list[str]], limit: int,
+                                       phrase: int | None) -> None:
     text, chunks = sample
-    out = run_chunker(SpeechChunker(first_max_chars=limit), chunks)
+    out = run_chunker(SpeechChunker(first_max_chars=limit, first_phrase_chars=phrase), chunks)
     assert "".join("".join(out).split()) == "".join(text.split())
