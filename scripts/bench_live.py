@@ -223,12 +223,14 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]]) -> str:
             vals = [v for v in vals if v is not None]
             cells.append(f"{p(vals, 50)} ({p(vals, 95)})" if vals else "-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    on = [t.mouth_to_ear_ms for t in turns if t.condition == "speculation on" and t.mouth_to_ear_ms]
     off = [t.mouth_to_ear_ms for t in turns if t.condition == "speculation off"
            and t.mouth_to_ear_ms]
-    if on and off:
-        lines.append(f"\nmouth-to-ear p50 on / off = **{p(on, 50) / p(off, 50):.2f}**"  # type: ignore[operator]
-                     f" ({len(on)} and {len(off)} turns)")
+    for cond in CONDITIONS:
+        on = [t.mouth_to_ear_ms for t in turns if t.condition == cond and t.mouth_to_ear_ms]
+        if cond != "speculation off" and on and off:
+            lines.append(f"\nmouth-to-ear p50 {cond} / speculation off = "
+                         f"**{p(on, 50) / p(off, 50):.2f}**"  # type: ignore[operator]
+                         f" ({len(on)} and {len(off)} turns)")
     c = counts.get("speculation on", {})
     if c:
         lines.append(f"speculation: started {c['started']}, confirmed {c['confirmed']}, "
@@ -244,7 +246,20 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "live")
     ap.add_argument("--llm-url", default="http://127.0.0.1:8080")
+    ap.add_argument("--talk-args", default="", metavar="ARGS",
+                    help="extra talk options for every condition, e.g. "
+                    "'--first-phrase-chars 30'")
+    ap.add_argument("--condition", action="append", default=[], metavar="LABEL=ARGS",
+                    help="an extra condition measured in the same run, e.g. "
+                    "'phrase cut=--first-phrase-chars 30' (repeatable)")
     args = ap.parse_args()
+    for spec in args.condition:
+        label, _, extra = spec.partition("=")
+        if not label or label in CONDITIONS:
+            ap.error(f"--condition {spec!r}: give a new LABEL=ARGS")
+        CONDITIONS[label.strip()] = extra.split()
+    for cond in CONDITIONS:
+        CONDITIONS[cond] = [*args.talk_args.split(), *CONDITIONS[cond]]
     questions = sorted(q for i in args.inputs for q in (i.glob("*.wav") if i.is_dir() else [i]))
     args.out.mkdir(parents=True, exist_ok=True)
 
