@@ -42,6 +42,7 @@ from pipeline.audio_in import AudioFileError
 from pipeline.audio_out import InstantSink
 from pipeline.conversation import Conversation
 from services import api as v1
+from services.api_rate import DEFAULT_PER_MINUTE, RateLimiter, client_id, retry_after_header
 from services.api_slots import (
     DEFAULT_IDLE_LEASE_S,
     DEFAULT_QUEUE_TIMEOUT_S,
@@ -87,6 +88,7 @@ class AppState:
     api_key: str | None = None
     max_sessions: int = 16
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    rate: RateLimiter | None = None
     sessions: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
     api_sessions: dict[str, v1.ApiSession] = field(default_factory=dict)
@@ -108,7 +110,8 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
                api_key: str | None = None, max_sessions: int = 16,
                queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
                idle_lease_s: float = DEFAULT_IDLE_LEASE_S,
-               ws_max_messages_per_s: float = 200.0) -> web.Application:
+               ws_max_messages_per_s: float = 200.0,
+               rate_limit_per_minute: int = DEFAULT_PER_MINUTE) -> web.Application:
     limits = Limits(max_upload_bytes=max_upload_bytes, max_utterance_s=max_utterance_s,
                     max_messages_per_s=ws_max_messages_per_s)
     sink = InstantSink()
@@ -119,7 +122,8 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
                           middlewares=[auth_middleware])
     pool = SlotPool(slots, idle_lease_s=idle_lease_s) if slots else None
     state = AppState(assistant, limits, legacy, ServiceMetrics(), pool, api_key or None,
-                     max_sessions, queue_timeout_s)
+                     max_sessions, queue_timeout_s,
+                     RateLimiter(rate_limit_per_minute) if rate_limit_per_minute else None)
     state.metrics.watch(sessions=state.count,
                         queued=lambda: len(pool.waiting) if pool else 0,
                         slots_in_use=lambda: pool.in_use if pool else 0,
@@ -142,6 +146,10 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
 
 
 PUBLIC_PATHS = ("/", "/health")
+# What costs the server work: a new conversation or a turn (--rate-limit). Interrupts and
+# DELETE are never refused: they free resources.
+RATE_LIMITED = {("POST", "/v1/sessions"), ("POST", "/v1/sessions/{id}/turns"),
+                ("POST", "/api/turn"), ("POST", "/api/reset"), ("GET", "/ws")}
 
 
 @web.middleware
@@ -155,11 +163,29 @@ async def auth_middleware(request: web.Request,
         if (denied := _check_key(request, key)) is not None:
             state.metrics.error("unauthorized")
             return denied
+    if state.rate is not None and (denied := _check_rate(request, state.rate)) is not None:
+        state.metrics.error("rate_limited")
+        return denied
     try:
         return await handler(request)
     except v1.ApiError as e:
         state.metrics.error(e.kind)
         return e.response()
+
+
+def _check_rate(request: web.Request, rate: RateLimiter) -> web.Response | None:
+    route = request.match_info.route.resource
+    if route is None or (request.method, route.canonical) not in RATE_LIMITED:
+        return None
+    wait = rate.check(client_id(request.headers.get("Authorization", ""), request.remote))
+    if wait is None:
+        return None
+    retry = retry_after_header(wait)
+    return web.json_response(
+        {"error": f"rate limit: more than {rate.per_minute} session/turn requests in 60 s "
+                  f"from this client; retry in {retry} s (serve --rate-limit)",
+         "kind": "rate_limited", "retry_after_s": int(retry)},
+        status=429, headers={"Retry-After": retry})
 
 
 def _check_key(request: web.Request, key: str) -> web.Response | None:
@@ -482,6 +508,10 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--idle-lease", type=float, default=DEFAULT_IDLE_LEASE_S,
                    help="a conversation idle this long gives its slot to a waiting one "
                    "(default %(default)g s)")
+    p.add_argument("--rate-limit", type=int, default=DEFAULT_PER_MINUTE,
+                   help="session/turn requests (and page connections) one client may make "
+                   "in any 60 s; a client is its API key, or its address without one; over "
+                   "it: 429 with Retry-After (default %(default)s; 0: no limit)")
     add_asr_window_option(p)
 
 
@@ -496,6 +526,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--max-sessions must be at least 1")
     if args.slots is not None and args.slots < 1:
         raise UserError("--slots must be at least 1")
+    if args.rate_limit < 0:
+        raise UserError("--rate-limit must be >= 0 (0: no limit)")
     if args.queue_timeout <= 0 or args.idle_lease < 0:
         raise UserError("--queue-timeout must be > 0 and --idle-lease >= 0")
     # Fail before the models load (tens of seconds), not after.
@@ -512,7 +544,8 @@ async def _serve(args: argparse.Namespace) -> int:
     slots = args.slots or await server_slots(assistant)
     app = create_app(assistant, max_upload_bytes=int(args.max_upload_mb * 2**20),
                      slots=slots, api_key=args.api_key, max_sessions=args.max_sessions,
-                     queue_timeout_s=args.queue_timeout, idle_lease_s=args.idle_lease)
+                     queue_timeout_s=args.queue_timeout, idle_lease_s=args.idle_lease,
+                     rate_limit_per_minute=args.rate_limit)
     app_runner = web.AppRunner(app, access_log=None)
     await app_runner.setup()
     try:

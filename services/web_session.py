@@ -18,8 +18,9 @@ errors and turns to what the user said without guessing.
 
 Messages to the browser: ``hello``, ``audio.format``, ``event`` (the event dict of
 docs/contracts.md under ``"event"``), ``transcript``, ``sentence``, binary audio frames,
-``audio.stop``, ``turn.result``, ``queued`` (every LLM slot is held by another conversation:
-``position``, ``timeout_s``) and ``error`` (one line; the session goes on).
+``audio.stop``, ``turn.result`` (its ``id_slot``: the conversation's LLM slot), ``queued``
+(every LLM slot is held by another conversation: ``position``, ``timeout_s``) and ``error``
+(one line; the session goes on).
 
 Messages beyond ``Limits.max_messages_per_s`` (over one second) are dropped with one error
 per second, and an utterance they belonged to is dropped whole.
@@ -333,7 +334,8 @@ class BrowserSession:
         self.turns_done += 1
         if self.on_result is not None:
             self.on_result(result, self.turns_done)
-        self.outbox.json({**result_message(result), "input_id": turn_input.input_id})
+        self.outbox.json({**result_message(result), "input_id": turn_input.input_id,
+                          "id_slot": self.lease.slot if self.pool is not None else None})
 
     async def claim_slot(self, given: str | None) -> bool:
         """This conversation's LLM slot (kept across turns); False after a queue timeout."""

@@ -383,3 +383,100 @@ async def test_ws_sessions_share_the_slot_pool(slotted: Api) -> None:
     await slotted.turn(sid)
     assert slotted.fake.requests[-1].body["id_slot"] == 1
     await ws.close()
+
+
+# --- the rest of the bad inputs --------------------------------------------------------------
+@pytest.mark.parametrize("method, suffix", [("GET", ""), ("DELETE", ""),
+                                            ("POST", "/turns"), ("POST", "/interrupt")])
+async def test_an_unknown_session_id_is_404_on_every_route(api_app: Api, method: str,
+                                                           suffix: str) -> None:
+    resp = await api_app.client.request(method, f"/v1/sessions/nope{suffix}",
+                                        json={"text": "hi"})
+    assert resp.status == 404
+    body = await resp.json()
+    assert body["kind"] == "unknown_session" and "'nope'" in body["error"]
+
+
+async def test_a_text_turn_over_the_limit_is_413(api_app: Api) -> None:
+    sid = await api_app.create()
+    resp = await api_app.client.post(f"/v1/sessions/{sid}/turns", json={"text": "a" * 2001})
+    assert resp.status == 413
+    assert (await resp.json())["kind"] == "text_too_long"
+    assert (await api_app.turn(sid))[-1]["error"] is None
+
+
+async def test_a_tab_beyond_max_sessions_is_refused_with_429(slotted: Api) -> None:
+    for _ in range(3):
+        await slotted.create()
+    resp = await slotted.client.get("/ws")  # refused before the WebSocket upgrade
+    assert resp.status == 429
+    assert (await resp.json())["kind"] == "too_many_sessions"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await slotted.client.ws_connect("/ws")
+    assert refused.value.status == 429
+
+
+async def test_a_ws_message_far_over_the_limit_closes_the_socket_as_too_big(
+        api_app: Api) -> None:
+    ws = await api_app.client.ws_connect("/ws")
+    await ws.send_bytes(b"\0" * (2 * UPLOAD_LIMIT + 2048))  # beyond the one-line-error zone
+    closing = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+    while (await ws.receive(timeout=5)).type not in closing:
+        pass
+    assert ws.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+    for _ in range(100):  # the session's task ends with its socket
+        if not api_app.state.sessions:
+            break
+        await asyncio.sleep(0.01)
+    assert api_app.state.sessions == {}
+
+
+# --- the HTTP rate limit ---------------------------------------------------------------------
+limited = pytest.fixture(make_app_fixture(rate_limit_per_minute=3))
+
+
+async def test_over_the_rate_limit_is_429_with_retry_after_per_client(limited: Api) -> None:
+    client = limited.client
+    sid = await limited.create()
+    await limited.turn(sid)
+    await limited.turn(sid)  # 3 counted: the create and two turns
+    resp = await client.post(f"/v1/sessions/{sid}/turns", json={"text": "again"})
+    assert resp.status == 429
+    body = await resp.json()
+    assert body["kind"] == "rate_limited" and "\n" not in body["error"]
+    assert 1 <= int(resp.headers["Retry-After"]) == body["retry_after_s"] <= 60
+    for refused in ((await client.post("/v1/sessions")), (await client.get("/ws"))):
+        assert refused.status == 429  # a new session or tab counts too
+    # Never limited: reading, interrupting and forgetting; and another client has its own.
+    assert (await client.get(f"/v1/sessions/{sid}")).status == 200
+    assert (await client.post(f"/v1/sessions/{sid}/interrupt")).status == 200
+    assert (await client.post("/v1/sessions",
+                              headers={"Authorization": "Bearer other"})).status == 201
+    assert (await client.delete(f"/v1/sessions/{sid}")).status == 200
+    metrics = await (await client.get("/metrics")).text()
+    assert 'voice_llm_errors_total{kind="rate_limited"} 3.0' in metrics
+
+
+def test_rate_limiter_window_slides_and_retry_after_is_exact() -> None:
+    from services.api_rate import RateLimiter, client_id, retry_after_header
+
+    now = [0.0]
+    rate = RateLimiter(2, clock=lambda: now[0])
+    assert rate.check("a") is None
+    now[0] = 10.0
+    assert rate.check("a") is None
+    now[0] = 20.0
+    assert rate.check("a") == 40.0  # the request at t=0 leaves the window at t=60
+    assert rate.check("b") is None  # clients do not share a budget
+    now[0] = 59.9
+    assert rate.check("a") == pytest.approx(0.1)  # refused requests were not counted
+    assert retry_after_header(0.1) == "1"
+    now[0] = 60.0
+    assert rate.check("a") is None
+    now[0] = 1000.0
+    rate._sweep(now[0])
+    assert rate.clients == {}  # idle clients are forgotten
+    assert client_id("Bearer k", "1.2.3.4") == client_id("Bearer k", "5.6.7.8")
+    assert client_id("", "1.2.3.4") == "addr:1.2.3.4"
+    with pytest.raises(ValueError):
+        RateLimiter(0)
