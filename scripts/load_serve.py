@@ -151,7 +151,8 @@ def start_stack(slots: int, ctx: int) -> tuple[str, list[int], Any]:
     port = free_port()
     log = open(Path(state.name) / "serve.log", "wb")  # noqa: SIM115 - lives as long as serve
     serve = subprocess.Popen([str(ROOT / ".venv/bin/voice-llm"), "serve", "--port", str(port),
-                              "--llm-url", info.url, "--max-sessions", "32"],
+                              "--llm-url", info.url, "--max-sessions", "32",
+                              "--rate-limit", "0"],  # all sessions share one address
                              stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
