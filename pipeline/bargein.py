@@ -44,6 +44,7 @@ class BargeIn:
     def __init__(self, target: Interruptible) -> None:
         self.target = target
         self._playback_started = asyncio.Event()
+        self._playbacks = 0  # playback.start events seen: tells this turn's from the last's
         self.speaking = False  # between this turn's playback.start and its end
         self.detections = 0
 
@@ -52,6 +53,7 @@ class BargeIn:
         if ev.name == EventName.TURN_START:
             self._playback_started.clear()
         elif ev.name == EventName.PLAYBACK_START:
+            self._playbacks += 1
             self._playback_started.set()
             self.speaking = True
         elif ev.name in _SILENT:
@@ -63,8 +65,16 @@ class BargeIn:
         return fired
 
     async def scripted(self, at_s: float) -> None:
-        """Interrupt ``at_s`` seconds after this turn's playback starts (replay)."""
-        await self._playback_started.wait()
+        """Interrupt ``at_s`` seconds after this turn's playback starts (replay).
+
+        Started just before the turn, it waits for a playback.start newer than the last
+        one seen: the event of the previous turn's playback may still be set (it is
+        cleared at turn.start, which can come after this task first runs)."""
+        seen = self._playbacks
+        while self._playbacks == seen:
+            await self._playback_started.wait()
+            if self._playbacks == seen:  # the previous turn's, still set: wait for ours
+                self._playback_started.clear()
         await asyncio.sleep(at_s)
         self.trigger(f"scripted@{at_s:g}s")
 

@@ -203,3 +203,28 @@ async def test_echo_guard_lets_a_louder_user_through(vad, assistant_voice):
     assert plain.trigger_block is not None and room.trigger_block is not None
     assert room.trigger_block > plain.trigger_block
     print(f"\nguarded barge-in {20 * (room.trigger_block - plain.trigger_block)} ms later")
+
+
+async def test_scripted_barge_in_waits_for_this_turns_playback_not_the_last_ones() -> None:
+    """Replay and the soak start the scripted barge-in just before each turn; the previous
+    turn's playback.start must not count (it made barge-ins land before playback)."""
+    from pipeline.events import Event, EventName
+
+    fired: list[str] = []
+
+    class Target:
+        def interrupt(self, source: str = "user") -> bool:
+            fired.append(source)
+            return True
+
+    b = BargeIn(Target())
+    b.on_event(Event(1, 0.0, EventName.PLAYBACK_START))  # turn 1 played; still "set"
+    task = asyncio.create_task(b.scripted(0.0))  # turn 2's, before its turn.start
+    await asyncio.sleep(0.05)
+    assert fired == []
+    b.on_event(Event(2, 0.1, EventName.TURN_START))
+    await asyncio.sleep(0.05)
+    assert fired == []
+    b.on_event(Event(2, 0.2, EventName.PLAYBACK_START))
+    await asyncio.wait_for(task, 1)
+    assert fired == ["scripted@0s"]
