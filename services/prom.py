@@ -71,6 +71,9 @@ class ServiceMetrics:
         self.slots_in_use = Gauge("voice_llm_slots_in_use", "LLM slots held by "
                                   "conversations", registry=r)
         self.slots_total = Gauge("voice_llm_slots", "LLM slots serve hands out", registry=r)
+        self.llm_restarts = Counter("voice_llm_llm_restarts", "managed llama-server "
+                                    "restarts after it died (services/supervisor.py)",
+                                    registry=r)
 
     def watch(self, *, sessions: Callable[[str], int], queued: Callable[[], int],
               slots_in_use: Callable[[], int], slots_total: int) -> None:

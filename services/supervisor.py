@@ -9,6 +9,9 @@ is not the managed one (voice-llm does not restart servers it does not own; the 
 already says what is wrong); otherwise the line to print. A server this process started is
 its child, so its return code names the signal; one started by another command (``voice-llm
 up``) is only known to be gone.
+
+``SharedCheck(supervisor, on_restart)`` is the same for ``serve``, where many conversations
+share one server: one check at a time, and turns wait for a restart under way.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -104,3 +108,41 @@ def _options_from_state(server: LlamaServer) -> ServerOptions:
     return replace(base, model=state.get("model"), server_bin=state.get("binary"),
                    threads=value("-t", base.threads), parallel=value("-np", base.parallel),
                    ctx=value("-c", base.ctx), extra_args=extra)
+
+
+class SharedCheck:
+    """``serve``'s supervision: many conversations, one managed server, one check at a time.
+
+    ``turn_failed()`` (from any session's failed turn) starts a check unless one is already
+    running; ``await ready()`` before a turn waits for a running check, so the turns that
+    come during a restart run on the new server instead of failing too. A restart is
+    logged (warning) and reported to ``on_restart`` with the supervisor's line."""
+
+    def __init__(self, supervisor: Supervisor,
+                 on_restart: Callable[[str], None] | None = None) -> None:
+        self.supervisor = supervisor
+        self.on_restart = on_restart
+        self.checks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def turn_failed(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._check(), name="llm-supervisor-check")
+
+    async def ready(self) -> None:
+        if self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+    async def _check(self) -> None:
+        self.checks += 1
+        before = self.supervisor.restarts
+        try:
+            line = await self.supervisor.check_async()
+        except Exception:  # a bug here must never take a session down
+            log.exception("llama-server check failed")
+            return
+        if line is None:
+            return
+        log.warning("%s", line)
+        if self.supervisor.restarts > before and self.on_restart is not None:
+            self.on_restart(line)

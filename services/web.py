@@ -14,7 +14,8 @@ Uploads larger than ``max_upload_bytes`` get 413 and a broken WAV 400, each with
 JSON ``{"error": ...}``; the conversation is untouched by either. With ``api_key`` set every
 route but the page, its static files and /health needs ``Authorization: Bearer KEY`` (the
 page passes ``?key=`` on to its WebSocket). With ``slots`` set, each conversation gets its
-own llama-server slot for its life (services.api_slots).
+own llama-server slot for its life (services.api_slots). A failed turn has the managed
+llama-server checked, and restarted if it died (services.supervisor.SharedCheck).
 """
 
 from __future__ import annotations
@@ -53,11 +54,12 @@ from services.api_slots import (
 from services.errors import UserError
 from services.prom import CONTENT_TYPE as PROM_CONTENT_TYPE
 from services.prom import ServiceMetrics
+from services.supervisor import SharedCheck, Supervisor
 from services.turn_options import add_asr_window_option
 from services.web_session import BrowserSession, Limits, decode_wav_bytes
 
 if TYPE_CHECKING:
-    from pipeline.turn import TurnRunner
+    from pipeline.turn import TurnResult, TurnRunner
     from services.assistant import Assistant
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,7 @@ class AppState:
     max_sessions: int = 16
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     rate: RateLimiter | None = None
+    supervision: SharedCheck | None = None
     sessions: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
     api_sessions: dict[str, v1.ApiSession] = field(default_factory=dict)
@@ -101,6 +104,17 @@ class AppState:
     def count(self, interface: str) -> int:
         return len(self.api_sessions) if interface == "api" else len(self.sessions)
 
+    def turn_done(self, result: TurnResult, interface: str, turn_index: int) -> None:
+        """Every finished turn: its metrics; a failed one has the LLM server checked."""
+        self.metrics.record_turn(result, interface, turn_index)
+        if result.error is not None and self.supervision is not None:
+            self.supervision.turn_failed()
+
+    async def llm_ready(self) -> None:
+        """Before a turn: wait out a restart of the LLM server under way."""
+        if self.supervision is not None:
+            await self.supervision.ready()
+
 
 STATE = web.AppKey("voice_llm_state", AppState)
 
@@ -111,7 +125,8 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
                queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S,
                idle_lease_s: float = DEFAULT_IDLE_LEASE_S,
                ws_max_messages_per_s: float = 200.0,
-               rate_limit_per_minute: int = DEFAULT_PER_MINUTE) -> web.Application:
+               rate_limit_per_minute: int = DEFAULT_PER_MINUTE,
+               supervisor: Supervisor | None = None) -> web.Application:
     limits = Limits(max_upload_bytes=max_upload_bytes, max_utterance_s=max_utterance_s,
                     max_messages_per_s=ws_max_messages_per_s)
     sink = InstantSink()
@@ -124,6 +139,9 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
     state = AppState(assistant, limits, legacy, ServiceMetrics(), pool, api_key or None,
                      max_sessions, queue_timeout_s,
                      RateLimiter(rate_limit_per_minute) if rate_limit_per_minute else None)
+    if supervisor is not None:
+        state.supervision = SharedCheck(supervisor,
+                                        lambda line: state.metrics.llm_restarts.inc())
     state.metrics.watch(sessions=state.count,
                         queued=lambda: len(pool.waiting) if pool else 0,
                         slots_in_use=lambda: pool.in_use if pool else 0,
@@ -236,7 +254,8 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
     session = BrowserSession(session_id, state.assistant, ws, state.limits, pool=state.pool,
                              queue_timeout_s=state.queue_timeout_s,
                              on_queue=state.metrics.queue_wait.observe,
-                             on_result=lambda r, n: state.metrics.record_turn(r, "ws", n))
+                             on_result=lambda r, n: state.turn_done(r, "ws", n),
+                             before_turn=state.llm_ready)
     task = asyncio.create_task(session.serve(), name=f"ws-session-{session_id}")
     state.sessions[session_id] = task
     state.sockets[session_id] = ws
@@ -329,6 +348,7 @@ async def api_turn(request: web.Request) -> web.Response:
         return json_error(400, str(e))
     legacy = state.api
     async with legacy.lock:
+        await state.llm_ready()
         slot = None
         if state.pool is not None:
             try:
@@ -350,7 +370,7 @@ async def api_turn(request: web.Request) -> web.Response:
             if state.pool is not None:
                 state.pool.end(legacy.lease)
         legacy.turns += 1
-        state.metrics.record_turn(result, "api", legacy.turns)
+        state.turn_done(result, "api", legacy.turns)
     body = {"transcript": result.transcript, "reply": result.reply,
             "error": result.error, "audio_s": round(audio_s, 3),
             "metrics": result.metrics.to_dict()}
@@ -424,10 +444,11 @@ async def session_turn(request: web.Request) -> web.StreamResponse:
                            "session (wait for its result, or POST .../interrupt)")
     async with session.lock:
         turn = await read_turn(request, state)
+        await state.llm_ready()
         return await v1.run_streamed_turn(
             request, session, turn, state.pool, queue_timeout=state.queue_timeout_s,
             on_queue=state.metrics.queue_wait.observe,
-            on_result=lambda r, n: state.metrics.record_turn(r, "api", n))
+            on_result=lambda r, n: state.turn_done(r, "api", n))
 
 
 async def read_turn(request: web.Request, state: AppState) -> v1.TurnRequest:
@@ -545,7 +566,9 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(assistant, max_upload_bytes=int(args.max_upload_mb * 2**20),
                      slots=slots, api_key=args.api_key, max_sessions=args.max_sessions,
                      queue_timeout_s=args.queue_timeout, idle_lease_s=args.idle_lease,
-                     rate_limit_per_minute=args.rate_limit)
+                     rate_limit_per_minute=args.rate_limit,
+                     # a managed server that dies is restarted after the failed turn
+                     supervisor=Supervisor(assistant.llm_url))
     app_runner = web.AppRunner(app, access_log=None)
     await app_runner.setup()
     try:

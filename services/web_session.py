@@ -39,7 +39,7 @@ import logging
 import tempfile
 import time
 import wave
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,13 +137,15 @@ class BrowserSession:
                  limits: Limits, *, pool: SlotPool | None = None,
                  queue_timeout_s: float = 60.0,
                  on_queue: Callable[[float], None] | None = None,
-                 on_result: Callable[[TurnResult, int], None] | None = None) -> None:
+                 on_result: Callable[[TurnResult, int], None] | None = None,
+                 before_turn: Callable[[], Awaitable[None]] | None = None) -> None:
         self.id = session_id
         self.pool = pool
         self.lease = Lease(session_id)
         self.queue_timeout_s = queue_timeout_s
         self.on_queue = on_queue
         self.on_result = on_result
+        self.before_turn = before_turn  # e.g. wait out a restart of the LLM server
         self.turns_done = 0
         self._window_start = 0.0  # frame-rate limit: messages in the current second
         self._window_count = 0
@@ -317,6 +319,8 @@ class BrowserSession:
             audio = await asyncio.to_thread(decode_pcm16, turn_input.pcm,
                                             turn_input.sample_rate)
         self.input_id = turn_input.input_id
+        if self.before_turn is not None:
+            await self.before_turn()
         if self.pool is None:
             result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0)
         else:
