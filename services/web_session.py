@@ -6,7 +6,8 @@ Messages from the browser (JSON text frames unless noted)::
      "input_id": "c1"}
     <binary>                                        PCM frames of the open utterance, or a
                                                     whole WAV file (starts with RIFF)
-    {"type": "audio.end", "trailing_silence_ms": N} the user stopped: run the turn
+    {"type": "audio.end", "trailing_silence_ms": N} the user stopped: run the turn (N: the
+                                                    page's endpoint wait, shown before t = 0)
     {"type": "audio.cancel"}                        drop the open utterance
     {"type": "interrupt"}                           barge-in (button or voice onset)
     {"type": "text", "text": "...", "input_id": "c2"}  a typed turn (no ASR)
@@ -130,6 +131,7 @@ class TurnInput:
     wav: bytes | None = None
     name: str = "utterance"
     input_id: str | None = None
+    speech_end_ms: float | None = None  # the page's endpoint wait: last voiced frame -> end
 
 
 class BrowserSession:
@@ -249,8 +251,16 @@ class BrowserSession:
             return  # already reported when it overflowed
         if not utt.pcm:
             raise ProtocolError("audio.end: the utterance has no audio", utt.input_id)
+        trailing = msg.get("trailing_silence_ms", 0)
+        if not isinstance(trailing, int | float) or isinstance(trailing, bool) \
+                or not 0 <= trailing <= self.limits.max_utterance_s * 1000:
+            raise ProtocolError(f"audio.end: trailing_silence_ms must be a number 0-"
+                                f"{self.limits.max_utterance_s * 1000:g}, not {trailing!r}",
+                                utt.input_id)
         self.submit(TurnInput(t0, pcm=bytes(utt.pcm), sample_rate=utt.sample_rate,
-                              input_id=utt.input_id))
+                              input_id=utt.input_id,
+                              # 0: push-to-talk, the release is the end (no wait to show)
+                              speech_end_ms=float(trailing) or None))
 
     def on_audio_cancel(self, msg: dict[str, Any]) -> None:
         self.utterance = None
@@ -322,7 +332,8 @@ class BrowserSession:
         if self.before_turn is not None:
             await self.before_turn()
         if self.pool is None:
-            result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0)
+            result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
+                                           speech_end_ms=turn_input.speech_end_ms)
         else:
             if not await self.claim_slot(turn_input.input_id):
                 return
@@ -331,7 +342,8 @@ class BrowserSession:
             self.pool.begin(self.lease)
             try:
                 result = await self.runner.run(audio, text=turn_input.text,
-                                               t0=turn_input.t0)
+                                               t0=turn_input.t0,
+                                               speech_end_ms=turn_input.speech_end_ms)
             finally:
                 self.runner.config = base
                 self.pool.end(self.lease)
@@ -380,11 +392,19 @@ def result_message(result: TurnResult) -> dict[str, Any]:
     spans = stage_spans(result.events)
     end = max([b for row in spans.values() for _, b in row]
               + [e.t for e in result.events] + [0.0])
+    # The endpoint wait (the user's last voiced sample -> the end of the utterance, t = 0)
+    # is its own span before t = 0.
+    start = next((e for e in result.events if e.name == EventName.TURN_START), None)
+    wait_ms = start.data.get("speech_end_ms") if start is not None else None
+    if isinstance(wait_ms, int | float) and wait_ms > 0:
+        spans = {"endpoint": [(-wait_ms / 1000, 0.0)], **spans}
     return {"type": "turn.result", "turn": result.turn, "mode": result.mode,
             "transcript": result.transcript, "reply": result.reply, "heard": result.heard,
             "interrupted": result.interrupted, "error": result.error,
             "metrics": result.metrics.to_dict(),
-            "timeline": {"end": round(end, 4),
+            "timeline": {"start": round(min([a for row in spans.values() for a, _ in row]
+                                            + [0.0]), 4),
+                         "end": round(end, 4),
                          "spans": {k: [[round(a, 4), round(b, 4)] for a, b in v]
                                    for k, v in spans.items()},
                          "marks": {k: [round(t, 4) for t in v]

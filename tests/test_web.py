@@ -297,8 +297,18 @@ async def test_ws_audio_turn_gives_a_transcript(web_app: Web) -> None:
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
     got = await receive_until(ws, is_result)
     assert got.of("transcript")[0]["text"] == FakeAsr.text
-    assert got.of("turn.result")[0]["transcript"] == FakeAsr.text
+    result = got.of("turn.result")[0]
+    assert result["transcript"] == FakeAsr.text
     assert "asr.start" in got.events() and "asr.end" in got.events()
+    # The page's endpoint wait: in turn.start, the metrics, and a span before t = 0.
+    start = next(m["event"] for m in got.of("event") if m["event"]["event"] == "start"
+                 and m["event"]["stage"] == "turn")
+    assert start["speech_end_ms"] == 700
+    assert result["timeline"]["spans"]["endpoint"] == [[-0.7, 0.0]]
+    assert result["timeline"]["start"] == -0.7
+    m = result["metrics"]
+    assert m["first_audio_from_speech_end_ms"] == pytest.approx(m["first_audio_ms"] + 700,
+                                                                abs=0.2)
 
     # Another rate is resampled by PyAV on the server; a whole WAV works as one message.
     await ws.send_json({"type": "audio.begin", "sample_rate": 48000})
@@ -339,6 +349,21 @@ async def test_ws_malformed_messages_get_one_line_and_the_session_survives(
     got = await receive_until(ws, is_result)
     assert got.of("turn.result")[0]["reply"] == REPLY
     assert not got.of("error")
+    await ws.close()
+
+
+@pytest.mark.parametrize("trailing", [-5, "long", True, 10**9])
+async def test_ws_a_bad_endpoint_wait_gets_one_line_and_no_turn(web_app: Web,
+                                                                trailing: Any) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await ws.send_bytes(b"\1\0" * 1600)
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": trailing})
+    error = (await receive_until(ws, is_error)).of("error")[0]
+    assert error["message"].startswith("audio.end: trailing_silence_ms must be a number")
+    assert error["input_id"] == "c1"
+    await ws.send_json({"type": "text", "text": "still there?"})
+    assert (await receive_until(ws, is_result)).of("turn.result")[0]["turn"] == 1
     await ws.close()
 
 

@@ -145,6 +145,9 @@ def chromium(chromium_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         [chromium_bin, "--headless=new", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-quic", "--no-first-run", f"--user-data-dir={profile}",
+         # several tabs talk at once (tests/test_web_three.py): none may be throttled
+         "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
+         "--disable-backgrounding-occluded-windows",
          "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
          f"--use-file-for-fake-audio-capture={VOICE_WAV}%noloop",
          "--window-size=1000,1400", f"--remote-debugging-port={port}", "about:blank"],
@@ -217,7 +220,12 @@ async def test_a_spoken_question_gets_a_spoken_answer_and_a_timeline(
     })()""")
     assert dom["you"] == result["transcript"]
     assert dom["bot"].strip()
-    assert dom["rows"] == ["asr", "llm", "tts", "playback"]
+    # hands-free: the endpoint wait is its own span before t = 0
+    assert dom["rows"] == ["endpoint", "asr", "llm", "tts", "playback"]
+    (wait_start, wait_end), = result["timeline"]["spans"]["endpoint"]
+    assert wait_start == result["timeline"]["start"] < 0 == wait_end
+    assert result["metrics"]["first_audio_from_speech_end_ms"] > \
+        result["metrics"]["first_audio_ms"]
     assert {"tl-bar asr", "tl-bar llm", "tl-bar tts", "tl-bar playback"} <= set(dom["bars"])
     assert "first audio" in dom["chips"] and "end-of-speech wait" in dom["chips"]
     assert dom["status"] == "listening"

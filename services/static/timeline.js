@@ -1,17 +1,22 @@
 // A finished turn's timeline: one row of bars per stage on a shared time axis (t = 0 at
-// the end of the user's speech), marks for the first token, sentences and barge-in, and
-// the turn's key numbers as chips.
+// the end of the utterance; the endpoint wait, from the last voiced sound, is the span
+// before it), marks for the first token, sentences and barge-in, and the turn's key
+// numbers as chips.
 import { div, mark } from "./dom.js";
 
-const ROWS = ["asr", "llm", "tts", "playback"];
+const ROWS = ["endpoint", "asr", "llm", "tts", "playback"];
 
 export function renderTimeline(el, tl, m, vadWaitMs) {
   if (!tl) return;
   el.hidden = false;
   el.textContent = "";
-  const end = Math.max(tl.end, 0.001);
-  const pct = (t) => `${Math.min(100, Math.max(0, (t / end) * 100)).toFixed(2)}%`;
+  const start = Math.min(tl.start || 0, 0);
+  const end = Math.max(tl.end, start + 0.001);
+  const span = end - start;
+  const pct = (t) => `${Math.min(100, Math.max(0, ((t - start) / span) * 100)).toFixed(2)}%`;
+  const width = (d) => `${Math.min(100, Math.max(0, (d / span) * 100)).toFixed(2)}%`;
   for (const stage of ROWS) {
+    if (stage === "endpoint" && !tl.spans.endpoint) continue; // push-to-talk, typed turns
     const row = div("tl-row");
     row.dataset.stage = stage;
     row.appendChild(div("tl-label", stage));
@@ -20,7 +25,7 @@ export function renderTimeline(el, tl, m, vadWaitMs) {
     for (const [a, b] of tl.spans[stage] || []) {
       const bar = div(`tl-bar ${stage}`);
       bar.style.left = pct(a);
-      bar.style.width = pct(b - a);
+      bar.style.width = width(b - a);
       bar.title = `${stage} ${(a * 1000).toFixed(0)}–${(b * 1000).toFixed(0)} ms`;
       track.appendChild(bar);
       total += b - a;
@@ -45,7 +50,9 @@ export function renderTimeline(el, tl, m, vadWaitMs) {
   const axis = div("tl-axis");
   axis.appendChild(div("", ""));
   const ticks = div("ticks");
-  for (const f of [0, 0.25, 0.5, 0.75, 1]) ticks.appendChild(div("", `${(end * f).toFixed(2)} s`));
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+    ticks.appendChild(div("", `${(start + span * f).toFixed(2)} s`));
+  }
   axis.appendChild(ticks);
   axis.appendChild(div("", ""));
   el.appendChild(axis);
@@ -74,6 +81,9 @@ function chips(m, vadWaitMs) {
     add("prompt cached", `${cached}/${cached + m.prompt_n} tok`);
   }
   if (vadWaitMs != null) add("end-of-speech wait (before t=0)", ms(vadWaitMs));
+  if (m.first_audio_from_speech_end_ms != null) {
+    add("first audio from your last sound", ms(m.first_audio_from_speech_end_ms));
+  }
   if (m.interrupted) {
     add("barge-in → silence", ms(m.bargein_to_silence_ms));
     add("→ LLM closed", ms(m.bargein_to_llm_closed_ms));
