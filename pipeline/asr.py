@@ -131,6 +131,8 @@ def repeated_phrase(text: str, n: int = REPEAT_WORDS) -> str:
 class WhisperAsr:
     """One Whisper model, loaded once, transcribing whole utterances."""
 
+    engine = "local"  # in this process (pipeline.wyoming_asr: on a Wyoming server)
+
     def __init__(self, model_dir: Path, *, language: str | None = "en", threads: int = 2,
                  beam_size: int = 1, compute_type: str = "int8", window: Window = "fitted",
                  pad_s: float = DEFAULT_PAD_S, gate: SpeechGate | None | bool = True) -> None:

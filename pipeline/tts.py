@@ -74,6 +74,8 @@ def _pause_after(line: str, *, last: bool) -> str:
 class PiperTts:
     """A Piper voice, loaded once; ``synthesize`` returns int16 mono at ``sample_rate``."""
 
+    engine = "local"  # in this process (pipeline.wyoming_tts: on a Wyoming server)
+
     def __init__(self, model_path: Path, config_path: Path | None = None, *,
                  threads: int | None = None) -> None:
         self.model_path = Path(model_path)

@@ -81,6 +81,27 @@ class Synthesizer(Protocol):
         """Stop the synthesis running in ``thread_id`` now (barge-in)."""
 
 
+# The engines a command plugs in (services/engines.py): in-process (pipeline.asr.WhisperAsr,
+# pipeline.tts.PiperTts) or a Wyoming server (pipeline.wyoming_asr, pipeline.wyoming_tts).
+# Both kinds are blocking and run in worker threads, so the turn treats them alike;
+# ``engine`` ("local" or "wyoming://HOST:PORT") goes into asr.start and tts.start.
+class AsrEngine(Transcriber, Protocol):
+    engine: str
+
+    def load(self) -> None: ...
+
+
+class TtsEngine(Synthesizer, Protocol):
+    engine: str
+
+    def load(self) -> None: ...
+
+
+def engine_of(stage: object) -> str:
+    """The ``engine`` of an ASR/TTS object ("local" for fakes that do not say)."""
+    return str(getattr(stage, "engine", "local"))
+
+
 class TurnError(Exception):
     """A stage failed in a way the user can understand (message is one line)."""
 
@@ -98,8 +119,9 @@ class TurnConfig:
     # Piper starts on "To make a good cup of tea," (measured: first audio p50 1048 -> 910 ms).
     first_max_chars: int | None = 30
     # Word-boundary cut when the first sentence has no clause mark: released before the first
-    # "and/to/with/is..." at or past N chars (None: off). See docs/live.md for the measure.
-    first_phrase_chars: int | None = None
+    # "and/to/with/is..." at or past N chars (None: off). Measured with
+    # scripts/bench_first_cut.py: first audio p50 515 -> 315 ms (docs/live.md).
+    first_phrase_chars: int | None = 25
     temperature: float = 0.3
     seed: int | None = 1234
     slot_idle_timeout: float = 1.0
@@ -328,7 +350,8 @@ class _Turn:
         asr = self.runner.asr
         if audio is None or asr is None:
             raise TurnError("no audio and no text for this turn")
-        self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / SAMPLE_RATE, 3))
+        self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / SAMPLE_RATE, 3),
+                      engine=engine_of(asr))
         confidence: dict[str, float] = {}
         try:
             if isinstance(asr, ConfidentTranscriber):
@@ -449,7 +472,8 @@ class _Turn:
         try:
             while (item := await self.sentences.get()) is not None:
                 index, sentence = item
-                self.rec.emit(EventName.TTS_START, index=index)
+                self.rec.emit(EventName.TTS_START, index=index,
+                              engine=engine_of(self.runner.tts))
                 try:
                     audio = await asyncio.to_thread(self.synthesize, speakable(sentence))
                 except Exception as e:

@@ -2,7 +2,9 @@
 
 Commands (replay, compare, talk, serve) build one ``Assistant`` and make a
 ``TurnRunner`` per conversation from it. Loading happens before "ready", with progress
-shown, so the first turn is not slower than the others.
+shown, so the first turn is not slower than the others. ASR and TTS are each either
+in-process (Whisper, Piper: the default) or a Wyoming server (``--asr`` / ``--tts``
+``wyoming://HOST:PORT``, services/engines.py); the turn runner cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -10,27 +12,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation
 from pipeline.events import Listener
 from pipeline.llm_client import LlmClient
-from pipeline.turn import TurnConfig, TurnRunner
+from pipeline.turn import AsrEngine, TtsEngine, TurnConfig, TurnRunner
 from services import models
+from services.engines import Engine, parse_engine
+from services.errors import UserError
 from services.find_server import ensure_server
-
-if TYPE_CHECKING:
-    from pipeline.asr import WhisperAsr
-    from pipeline.tts import PiperTts
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Assistant:
-    asr: WhisperAsr
-    tts: PiperTts
+    asr: AsrEngine
+    tts: TtsEngine
     llm: LlmClient
     llm_url: str
     config: TurnConfig = field(default_factory=TurnConfig)
@@ -54,26 +54,67 @@ DEFAULT_TTS_THREADS = 1
 async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int = 2,
                          tts_threads: int | None = DEFAULT_TTS_THREADS,
                          asr_window: Literal["fitted", "full"] = "fitted",
-                         config: TurnConfig | None = None) -> Assistant:
-    """Find or start llama-server, then load Whisper and Piper (once, with progress)."""
+                         config: TurnConfig | None = None, asr: str = "local",
+                         tts: str = "local") -> Assistant:
+    """Find or start llama-server, then load (or reach) the ASR and TTS engines once, with
+    progress. ``asr`` / ``tts``: ``local`` or ``wyoming://HOST:PORT``."""
     from rich.console import Console
 
-    from pipeline.asr import WhisperAsr
-    from pipeline.tts import PiperTts
-
+    asr_engine, tts_engine = parse_engine(asr, "--asr"), parse_engine(tts, "--tts")
     url = await asyncio.to_thread(ensure_server, llm_url)
     console = Console(stderr=True)
-    with console.status("loading Whisper base (int8) ..."):
-        asr = WhisperAsr(await asyncio.to_thread(models.whisper_model_dir),
-                         language=language, threads=asr_threads, window=asr_window)
-        await asyncio.to_thread(asr.load)
-    with console.status("loading Piper voice en_US-joe-medium ..."):
-        onnx, cfg = models.piper_voice()
-        tts = PiperTts(onnx, cfg, threads=tts_threads)
-        await asyncio.to_thread(tts.load)
+    with console.status("loading Whisper base (int8) ..." if asr_engine.local
+                        else f"connecting to the Wyoming ASR server {asr_engine} ..."):
+        recognizer = await asyncio.to_thread(
+            _asr, asr_engine, language=language, threads=asr_threads, window=asr_window)
+    with console.status("loading Piper voice en_US-joe-medium ..." if tts_engine.local
+                        else f"connecting to the Wyoming TTS server {tts_engine} ..."):
+        synthesizer = await asyncio.to_thread(_tts, tts_engine, threads=tts_threads)
     llm = LlmClient(url)
     await llm.__aenter__()
     # The splitter follows the language Whisper is told to hear ("auto": all its tables).
     config = replace(config or TurnConfig(),
                      language=None if language in ("", "auto") else language)
-    return Assistant(asr, tts, llm, url, config)
+    return Assistant(recognizer, synthesizer, llm, url, config)
+
+
+def _asr(engine: Engine, *, language: str, threads: int,
+         window: Literal["fitted", "full"]) -> AsrEngine:
+    """The loaded ASR engine (blocking: Whisper loads, or the server is asked and warmed)."""
+    recognizer: AsrEngine
+    if engine.local:
+        from pipeline.asr import WhisperAsr
+
+        recognizer = WhisperAsr(models.whisper_model_dir(), language=language,
+                                threads=threads, window=window)
+    else:
+        from pipeline.wyoming_asr import WyomingAsr
+
+        recognizer = WyomingAsr(engine.host, engine.port,
+                                language=None if language in ("", "auto") else language)
+    _load(recognizer, "--asr")
+    return recognizer
+
+
+def _tts(engine: Engine, *, threads: int | None) -> TtsEngine:
+    synthesizer: TtsEngine
+    if engine.local:
+        from pipeline.tts import PiperTts
+
+        onnx, cfg = models.piper_voice()
+        synthesizer = PiperTts(onnx, cfg, threads=threads)
+    else:
+        from pipeline.wyoming_tts import WyomingTts
+
+        synthesizer = WyomingTts(engine.host, engine.port)
+    _load(synthesizer, "--tts")
+    return synthesizer
+
+
+def _load(stage: AsrEngine | TtsEngine, option: str) -> None:
+    from pipeline.wyoming_wire import WyomingError
+
+    try:
+        stage.load()
+    except WyomingError as e:  # a server that is down or is the wrong kind: one line
+        raise UserError(f"{option} {e}") from e

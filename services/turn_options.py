@@ -1,5 +1,6 @@
-"""What the commands that run turns (replay, compare, talk) share: the turn options, the
-assistant those options ask for, and the ``--events`` JSON-lines writer."""
+"""What the commands that run turns (replay, compare, talk) share: the turn options
+(including the ASR/TTS engines, services/engines.py), the assistant those options ask for,
+and the ``--events`` JSON-lines writer."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.turn import MODES, TurnConfig
+from services.engines import add_engine_options
 from services.errors import UserError
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--asr-threads", type=int, default=2, metavar="N",
                    help="CTranslate2 threads for Whisper (default %(default)s)")
     add_asr_window_option(p)
+    add_engine_options(p)
 
 
 def add_asr_window_option(p: argparse.ArgumentParser) -> None:
@@ -77,7 +80,7 @@ async def assistant_for(args: argparse.Namespace, mode: str = "streamed") -> Ass
     return await load_assistant(args.llm_url, language=args.language,
                                 asr_threads=args.asr_threads, tts_threads=args.tts_threads,
                                 asr_window=args.asr_window,
-                                config=turn_config(args, mode))
+                                config=turn_config(args, mode), asr=args.asr, tts=args.tts)
 
 
 class EventWriter:
