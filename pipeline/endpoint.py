@@ -23,6 +23,10 @@ Rules, in order (the first that matches decides):
    sentences ("My thigh team mat.").
 5. a question mark, exclamation or full stop after at least ``min_words`` words ->
    ``complete_ms``; with fewer words Whisper's punctuation means little ("How many?").
+   But a statement ("." or "!") whose voice at the pause did not fall (measured by the
+   caller with ``pipeline.prosody``: held level, a speaker keeping the turn) ->
+   ``default_ms``: Whisper writes "I would like to know more about them." for "... about
+   the". Questions are left to the text: they end level or high when finished too.
 6. anything else -> ``default_ms``.
 """
 
@@ -31,6 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+
+from pipeline.prosody import ProsodyCue
 
 # Words after which an English sentence cannot end (or almost never does).
 _CONTINUES = frozenset("""
@@ -64,6 +70,7 @@ class EndpointReason(StrEnum):
     NUMBER = "number"
     QUESTION = "question"
     UNSURE = "asr_unsure"
+    PITCH_HELD = "pitch_held"
     SENTENCE = "sentence"
     DEFAULT = "default"
 
@@ -78,18 +85,25 @@ class EndpointDecision:
 class EndpointPolicy:
     """Silence to wait after the speculative transcript before the turn is the user's end.
 
-    Defaults measured on the paused-utterance corpus (docs/live.md): pauses inside a
-    sentence ran 300-900 ms, so "incomplete" waits past them; a complete question has no
-    reason to wait more than the pause that triggered the speculation plus a margin.
+    Defaults chosen on the tune split of ``scripts/bench_endpoint.py`` (docs/live.md): the
+    least wait with no false endpoint there. Pauses inside a sentence ran 300-900 ms, so
+    "incomplete" and "unsure" wait past them. A complete sentence waits 500 ms, not 250:
+    with speculation the reply's first audio is not ready before ~700 ms after the last
+    word anyway (the 200 ms pause plus the pipeline's time to first audio), so the longer
+    wait is mostly hidden, and it halves the false endpoints.
     """
 
-    complete_ms: int = 250
-    default_ms: int = 800
+    complete_ms: int = 500
+    default_ms: int = 1000
     incomplete_ms: int = 1100
     min_words: int = 3
     min_logprob: float = -0.5  # Whisper's average token log-probability
+    # A statement counts as finished when its pitch ended this far under the speaker's
+    # median (semitones; -1 to -3 gave the same result on the tune split).
+    final_fall_st: float = -2.0
 
-    def decide(self, transcript: str, avg_logprob: float | None = None) -> EndpointDecision:
+    def decide(self, transcript: str, avg_logprob: float | None = None,
+               prosody: ProsodyCue | None = None) -> EndpointDecision:
         text = transcript.strip()
         words = [w.lower() for w in _WORD.findall(text)]
         if not words or all(w in _FILLERS for w in words):
@@ -105,9 +119,16 @@ class EndpointPolicy:
             # Whisper was unsure of the words: its punctuation says even less.
             return EndpointDecision(self.default_ms, EndpointReason.UNSURE)
         if text.endswith(("?", "!", ".")) and len(words) >= self.min_words:
+            if text.endswith("?"):
+                return EndpointDecision(self.complete_ms, EndpointReason.QUESTION)
+            # A statement ends low; questions end level or high, so the pitch only
+            # judges statements (measured: docs/live.md).
+            if prosody is not None and prosody.sounds_final(self.final_fall_st) is False:
+                return EndpointDecision(self.default_ms, EndpointReason.PITCH_HELD)
             reason = EndpointReason.SENTENCE if text.endswith(".") else EndpointReason.QUESTION
             return EndpointDecision(self.complete_ms, reason)
         return EndpointDecision(self.default_ms, EndpointReason.DEFAULT)
 
-    def wait_ms(self, transcript: str, avg_logprob: float | None = None) -> int:
-        return self.decide(transcript, avg_logprob).wait_ms
+    def wait_ms(self, transcript: str, avg_logprob: float | None = None,
+                prosody: ProsodyCue | None = None) -> int:
+        return self.decide(transcript, avg_logprob, prosody).wait_ms

@@ -5,8 +5,8 @@ of silence and only then starts Whisper, the model and the voice answers a secon
 So the turn starts *speculatively* at the first short pause (``SegmenterConfig.pause_ms``,
 200 ms): Whisper, the LLM request and the first sentence's TTS all run, but the sink stays
 closed (``TurnRunner.run(confirmed=...)``). Meanwhile the speculative transcript tells the
-``EndpointPolicy`` how long to wait for more ("Why is the sky blue?" -> 250 ms; "about
-the" -> 1.1 s), and the segmenter ends the utterance after that much silence:
+``EndpointPolicy`` how long to wait for more ("Why is the sky blue?" -> 500 ms; "about
+the" -> 1.1 s; the voice's pitch at the pause is measured for it too), and the segmenter ends the utterance after that much silence:
 
 - the utterance ends -> the speculation is confirmed and plays from where it already is;
 - the user speaks again first -> ``TurnRunner.abandon()``: the same verified hang-up as a
@@ -33,6 +33,7 @@ from pipeline.audio_in import SAMPLE_RATE
 from pipeline.endpoint import EndpointPolicy
 from pipeline.events import Event, EventName
 from pipeline.mic import SegmentEvent, SpeechPause, SpeechResumed, UtteranceEnd
+from pipeline.prosody import final_cue
 from pipeline.tasks import TaskSet
 from pipeline.turn import TurnResult, TurnRunner
 
@@ -191,11 +192,13 @@ class LiveTurnTaker:
         if spec is None or ev.name != EventName.ASR_END or spec.confirmed.is_set():
             return
         logprob = ev.data.get("avg_logprob")
+        pause = spec.pause  # the voice up to the pause: did its pitch fall?
+        cue = final_cue(pause.audio[:pause.end_sample - pause.start_sample])
         decision = self.policy.decide(str(ev.data.get("text", "")),
-                                      float(logprob) if logprob is not None else None)
+                                      float(logprob) if logprob is not None else None, cue)
         self.segmenter.end_after(decision.wait_ms)
         self.runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms,
-                         reason=str(decision.reason))
+                         reason=str(decision.reason), pitch_fall_st=round(cue.fall_st, 1))
 
     # -- ordinary turns ---------------------------------------------------------------------
     async def _turn(self, utterance: UtteranceEnd, t0: float, endpoint_ms: float) -> None:

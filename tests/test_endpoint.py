@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from fake_llm import FakeLlm, Reply
+from test_live import RecordingSegmenter, until
+from test_prosody import voice
+from test_turn import SENTENCES, FakeAsr, make_runner, tokens
 
 from pipeline.endpoint import EndpointPolicy, EndpointReason
+from pipeline.live import LiveTurnTaker
+from pipeline.llm_client import LlmClient
+from pipeline.mic import SpeechPause, SpeechResumed
+from pipeline.prosody import ProsodyCue
 
 POLICY = EndpointPolicy(complete_ms=250, default_ms=600, incomplete_ms=1100)
 
@@ -55,3 +63,63 @@ def test_an_unsure_transcript_waits_the_default() -> None:
     assert POLICY.decide("My thigh team mat.", avg_logprob=-0.9).reason == EndpointReason.UNSURE
     assert POLICY.decide("Why is the sky blue?", avg_logprob=-0.2).wait_ms == 250
     assert POLICY.decide("Why is the sky blue?").wait_ms == 250  # confidence unknown
+
+
+HELD = ProsodyCue(fall_st=-0.5, slope_st_s=-3.0, decay_db=0.0, voiced_frames=80)
+FALLEN = ProsodyCue(fall_st=-4.0, slope_st_s=-15.0, decay_db=-4.0, voiced_frames=80)
+TOO_SHORT = ProsodyCue(fall_st=-0.5, slope_st_s=0.0, decay_db=0.0, voiced_frames=3)
+
+
+def test_a_complete_looking_statement_said_with_a_held_pitch_waits_the_default() -> None:
+    # Whisper hears "I would like to know more about the" as a finished sentence; the voice
+    # did not fall, so the speaker was holding the turn.
+    text = "I would like to know more about them."
+    held = POLICY.decide(text, -0.2, HELD)
+    assert held.reason == EndpointReason.PITCH_HELD and held.wait_ms == POLICY.default_ms
+    assert POLICY.decide(text, -0.2, FALLEN).wait_ms == 250
+    # too little voice to judge: the text decides alone
+    assert POLICY.decide(text, -0.2, TOO_SHORT).wait_ms == 250
+
+
+def test_a_question_is_left_to_the_text() -> None:
+    # finished questions end level or high: a held pitch says nothing about them
+    assert POLICY.decide("Why is the sky blue?", -0.2, HELD).reason == EndpointReason.QUESTION
+
+
+def test_the_pitch_never_shortens_an_incomplete_text() -> None:
+    assert POLICY.decide("Tell me about the", -0.2, FALLEN).reason \
+        == EndpointReason.CONTINUING_WORD
+    assert POLICY.decide("Remind me to buy milk,", -0.2, FALLEN).reason \
+        == EndpointReason.OPEN_PUNCTUATION
+    assert POLICY.decide("Bicycles", -0.2, FALLEN).reason == EndpointReason.DEFAULT
+
+
+def test_the_fall_threshold_is_a_setting() -> None:
+    strict = EndpointPolicy(complete_ms=250, default_ms=600, final_fall_st=-5.0)
+    assert strict.decide("Tell me a joke.", -0.2, FALLEN).reason == EndpointReason.PITCH_HELD
+
+
+@pytest.fixture
+async def llm():
+    async with FakeLlm(Reply(tokens=tokens(*SENTENCES), token_delay=0.01)) as fake:
+        async with LlmClient(fake.url) as client:
+            yield fake, client
+
+
+async def test_the_live_path_judges_the_pitch_of_the_pause_audio(llm) -> None:
+    """LiveTurnTaker measures the voice before the pause and hands it to the policy: the
+    same complete-looking statement waits the default when said with a level pitch, the short
+    wait when the pitch fell."""
+    fake, client = llm
+    waits = []
+    for audio in (voice(160, 158), voice(160, 110)):  # held, then fallen
+        runner = await make_runner(fake, client, max_sentences=1)
+        runner.asr = FakeAsr("Tell me how to make a cup of tea.")
+        seg = RecordingSegmenter()
+        live = LiveTurnTaker(runner, seg, on_turn=lambda turn: None)
+        live.on_segment(SpeechPause(audio, 0, audio.size, audio.size / 16, audio.size + 3200))
+        await until(lambda seg=seg: bool(seg.ends))
+        waits.append(seg.ends[0])
+        live.on_segment(SpeechResumed(audio.size + 3200, 300.0))
+        await live.close()
+    assert waits == [live.policy.default_ms, live.policy.complete_ms]

@@ -61,7 +61,7 @@ async def test_a_confirmed_speculation_plays_and_sets_the_endpoint(llm) -> None:
     live = LiveTurnTaker(runner, seg, on_turn=turns.append)
     live.on_segment(pause(1.0))
     await until(lambda: seg.ends)  # the speculative transcript was judged...
-    assert seg.ends == [250]  # ...complete: a short wait
+    assert seg.ends == [live.policy.complete_ms]  # ...complete: the short wait
     live.on_utterance(end(1.0))
     await until(lambda: turns)
     turn: LiveTurn = turns[0]
