@@ -60,16 +60,16 @@ async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int
     progress. ``asr`` / ``tts``: ``local`` or ``wyoming://HOST:PORT``."""
     from rich.console import Console
 
-    asr_engine, tts_engine = parse_engine(asr, "--asr"), parse_engine(tts, "--tts")
+    asr_at, tts_at = parse_engine(asr, "--asr"), parse_engine(tts, "--tts")
     url = await asyncio.to_thread(ensure_server, llm_url)
     console = Console(stderr=True)
-    with console.status("loading Whisper base (int8) ..." if asr_engine.local
-                        else f"connecting to the Wyoming ASR server {asr_engine} ..."):
+    with console.status("loading Whisper base (int8) ..." if asr_at.local
+                        else f"connecting to the Wyoming ASR server {asr_at} ..."):
         recognizer = await asyncio.to_thread(
-            _asr, asr_engine, language=language, threads=asr_threads, window=asr_window)
-    with console.status("loading Piper voice en_US-joe-medium ..." if tts_engine.local
-                        else f"connecting to the Wyoming TTS server {tts_engine} ..."):
-        synthesizer = await asyncio.to_thread(_tts, tts_engine, threads=tts_threads)
+            make_asr, asr_at, language=language, threads=asr_threads, window=asr_window)
+    with console.status("loading Piper voice en_US-joe-medium ..." if tts_at.local
+                        else f"connecting to the Wyoming TTS server {tts_at} ..."):
+        synthesizer = await asyncio.to_thread(make_tts, tts_at, threads=tts_threads)
     llm = LlmClient(url)
     await llm.__aenter__()
     # The splitter follows the language Whisper is told to hear ("auto": all its tables).
@@ -78,8 +78,8 @@ async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int
     return Assistant(recognizer, synthesizer, llm, url, config)
 
 
-def _asr(engine: Engine, *, language: str, threads: int,
-         window: Literal["fitted", "full"]) -> AsrEngine:
+def make_asr(engine: Engine, *, language: str, threads: int,
+             window: Literal["fitted", "full"]) -> AsrEngine:
     """The loaded ASR engine (blocking: Whisper loads, or the server is asked and warmed)."""
     recognizer: AsrEngine
     if engine.local:
@@ -96,7 +96,8 @@ def _asr(engine: Engine, *, language: str, threads: int,
     return recognizer
 
 
-def _tts(engine: Engine, *, threads: int | None) -> TtsEngine:
+def make_tts(engine: Engine, *, threads: int | None) -> TtsEngine:
+    """The loaded TTS engine (blocking: Piper loads, or the server is asked and warmed)."""
     synthesizer: TtsEngine
     if engine.local:
         from pipeline.tts import PiperTts

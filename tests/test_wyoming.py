@@ -141,10 +141,10 @@ async def test_asr_on_a_tts_server_or_a_closed_port_says_so_in_one_line() -> Non
         with pytest.raises(WyomingError, match="offers no speech recognition"):
             await asyncio.to_thread(WyomingAsr("127.0.0.1", port, gate=False).load)
     # the port is closed now
-    from services.assistant import _asr
+    from services.assistant import make_asr
 
     with pytest.raises(UserError) as err:
-        await asyncio.to_thread(_asr, parse_engine(f"wyoming://127.0.0.1:{port}"),
+        await asyncio.to_thread(make_asr, parse_engine(f"wyoming://127.0.0.1:{port}"),
                                 language="en", threads=1, window="fitted")
     assert str(err.value).startswith(f"--asr wyoming://127.0.0.1:{port}: cannot connect")
     assert "\n" not in str(err.value)
