@@ -231,3 +231,21 @@ async def test_a_server_error_event_is_the_sentence_error() -> None:
         await asyncio.to_thread(tts.load)
         with pytest.raises(WyomingError, match="voice exploded"):
             await asyncio.to_thread(tts.synthesize, "Say this.")
+
+
+def test_a_wrong_engine_url_is_one_line_before_anything_starts(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "services.cli", "replay", str(root / "samples/03_sky_blue.wav"),
+         "--tts", "tcp://127.0.0.1:10200", "--llm-url", "http://127.0.0.1:9"],
+        cwd=root, env={**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")},
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("voice-llm replay: --tts: 'tcp://127.0.0.1:10200' is not "
+                                   "an engine; use 'local' or 'wyoming://HOST:PORT'")
+    assert not (tmp_path / "state").exists()  # no llama-server was started for it
