@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import statistics
 import sys
@@ -151,9 +152,9 @@ def summary(rows: list[dict[str, Any]], hops: dict[str, Any]) -> dict[str, Any]:
     for name in CONDITIONS:
         mine = [r for r in ok if r["condition"] == name]
         out["conditions"][name] = {
-            k: {"p50": pct([r[k] for r in mine if r[k] is not None], 0.5),
-                "p95": pct([r[k] for r in mine if r[k] is not None], 0.95),
-                "n": sum(r[k] is not None for r in mine)}
+            k: {"p50": pct([r[k] for r in mine if r.get(k) is not None], 0.5),
+                "p95": pct([r[k] for r in mine if r.get(k) is not None], 0.95),
+                "n": sum(r.get(k) is not None for r in mine)}
             for k in (*METRICS, "asr_connect_ms", "asr_send_ms", "asr_reply_ms")}
     by_key = {(r["condition"], r["run"], r["file"]): r for r in ok}
     for base in ("local", "local-as-servers"):
@@ -207,13 +208,16 @@ async def main_async(args: argparse.Namespace, wavs: list[Path]) -> int:
     from services.engines import speech_servers
 
     rows: list[dict[str, Any]] = []
+    load_before = os.getloadavg()[0]
     with speech_servers(free_port(), free_port(), log_dir=args.out / "servers") as engines:
         parts = await turns(args, wavs, engines, rows)
         hops = await asyncio.to_thread(hop, parts, engines, args.hop_repeats)
     s = summary(rows, hops)
+    s["load_avg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     (args.out / "engines.json").write_text(json.dumps({"turns": rows, "summary": s,
                                                        "hop": hops}, indent=2))
-    table = markdown(s)
+    table = markdown(s) + (f"\nLoad average (1 min) before / after: "
+                           f"{s['load_avg_1min'][0]} / {s['load_avg_1min'][1]}.\n")
     (args.out / "engines.md").write_text(table)
     print(table)
     errors = [r for r in rows if r["error"]]
