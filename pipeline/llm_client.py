@@ -1,4 +1,4 @@
-"""Streaming client for llama-server's OpenAI-compatible ``/v1/chat/completions``.
+"""Streaming client for ``/v1/chat/completions``: llama-server, or any OpenAI-compatible server.
 
 One request is one ``ChatStream``: an async context manager and an async iterator of typed,
 monotonic-timestamped events::
@@ -7,6 +7,11 @@ monotonic-timestamped events::
         async for ev in stream:          # ResponseStarted, RoleChunk, TokenDelta..., Finished
             ...
     stream.closed_at                      # when the TCP connection was closed
+
+Before its first request the client asks the server once what it offers beyond the OpenAI
+stream (``capabilities()``, ``pipeline.llm_caps``): llama-server's ``/props``, ``/slots``,
+``/health``, ``timings``. Elsewhere the llama-only request fields are not sent, the
+``model`` is named, and ``wait_slot_idle`` raises ``LlmUnsupported`` (docs/llm-servers.md).
 
 The POST is sent when iteration starts, so everything that can fail or be cancelled happens
 inside the ``async with`` body. Leaving the block by any path -- normal end, ``break``, an
@@ -21,7 +26,8 @@ Errors (``str(e)`` is one line saying what went wrong and what to do)::
     ├── LlmHttpError     4xx/5xx before the stream started (.status, .body, server message)
     ├── LlmStreamError   {"error": ...} in the stream, malformed chunk, connection lost or
     │                    stream ended before [DONE] / finish_reason
-    └── LlmTimeout       no bytes from the server for ``read_timeout`` seconds
+    ├── LlmTimeout       no bytes from the server for ``read_timeout`` seconds
+    └── LlmUnsupported   the server does not offer what was asked (``/slots``)
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 
 import aiohttp
 
+from pipeline.llm_caps import NOT_VERIFIABLE, Answer, LlmCapabilities
 from pipeline.sse import SseParser
 
 log = logging.getLogger(__name__)
@@ -113,6 +120,10 @@ class LlmTimeout(LlmError):
     """The server went silent for longer than the read timeout."""
 
 
+class LlmUnsupported(LlmError):
+    """The server does not offer an extra the caller asked for (``/slots``)."""
+
+
 # --- request options -------------------------------------------------------------------
 
 @dataclass
@@ -122,13 +133,19 @@ class ChatOptions:
     temperature: float | None = None
     seed: int | None = None
     id_slot: int | None = None
+    # OpenAI's way to get token counts from a stream: a last chunk with ``usage``.
+    include_usage: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # passed through as-is
 
     def request_body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """The body for llama-server; ``LlmCapabilities.request_body`` trims it for
+        servers without its extras."""
         body: dict[str, Any] = {"messages": messages, "cache_prompt": self.cache_prompt}
         optional = {"max_tokens": self.max_tokens, "temperature": self.temperature,
                     "seed": self.seed, "id_slot": self.id_slot}
         body.update({k: v for k, v in optional.items() if v is not None})
+        if self.include_usage:
+            body["stream_options"] = {"include_usage": True}
         body.update(self.extra)
         body["stream"] = True  # this client only reads event streams
         return body
@@ -148,6 +165,8 @@ class LlmClient:
         self.read_timeout = read_timeout
         self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
+        self._caps: LlmCapabilities | None = None
+        self._caps_task: asyncio.Task[LlmCapabilities | None] | None = None
 
     async def __aenter__(self) -> LlmClient:
         return self
@@ -157,6 +176,9 @@ class LlmClient:
         await self.close()
 
     async def close(self) -> None:
+        if self._caps_task is not None and not self._caps_task.done():
+            self._caps_task.cancel()
+            await asyncio.wait({self._caps_task})
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -182,12 +204,61 @@ class LlmClient:
             raise LlmError(f"llama-server at {self.base_url} answered {path} with "
                            f"non-JSON: {_one_line(text)[:120]!r}") from exc
 
+    @property
+    def caps(self) -> LlmCapabilities | None:
+        """What the server offers, once detected (None before the first request)."""
+        return self._caps
+
+    def prefetch_capabilities(self) -> None:
+        """Start the detection now (a turn does it while ASR runs), without waiting."""
+        if self._caps is None and (self._caps_task is None or self._caps_task.done()):
+            self._caps_task = asyncio.create_task(self._detect(), name="llm-capabilities")
+
+    async def capabilities(self) -> LlmCapabilities | None:
+        """What the server offers, detected once (four GETs at once). None, and asked again
+        next time, when nothing answered at all: the request itself then says why."""
+        if self._caps is not None:
+            return self._caps
+        self.prefetch_capabilities()
+        assert self._caps_task is not None
+        return await asyncio.shield(self._caps_task)
+
+    async def _detect(self) -> LlmCapabilities | None:
+        paths = ("/health", "/props", "/slots", "/v1/models")
+        health, props, slots, models = await asyncio.gather(*(self._probe(p) for p in paths))
+        if health is props is slots is models is None:
+            return None
+        if self._caps is None:
+            self._caps = LlmCapabilities.from_answers(health=health, props=props,
+                                                      slots=slots, models=models)
+            log.info("LLM server at %s: %s", self.base_url, self._caps.to_dict())
+        return self._caps
+
+    async def _probe(self, path: str) -> Answer:
+        """(status, JSON or None) of a GET; None when nothing answered (no exception)."""
+        session = self._ensure_session()
+        try:
+            async with session.get(self.base_url + path,
+                                   timeout=aiohttp.ClientTimeout(total=5.0)) as response:
+                text = await response.text(errors="replace")
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, None
+
     async def wait_slot_idle(self, limit_s: float, *, slot: int | None = None,
                              interval: float = 0.005) -> float | None:
         """Poll ``/slots`` until ``slot`` (None: every slot) is not processing; the monotonic
         time it was first seen idle, or None after ``limit_s``. The proof that a hang-up
         stopped the server (barge-in, an abandoned speculation, the lab). A poll costs a
-        few ms on localhost; a transport failure raises ``LlmError``."""
+        few ms on localhost; a transport failure raises ``LlmError``, a server without
+        ``/slots`` (detected) ``LlmUnsupported``."""
+        if self._caps is not None and not self._caps.slots:
+            raise LlmUnsupported(f"the LLM server at {self.base_url} has no /slots: "
+                                 f"{NOT_VERIFIABLE}")
         deadline = time.monotonic() + limit_s
         while True:
             slots = await self.get_json("/slots")
@@ -278,6 +349,7 @@ class ChatStream:
         self._finish_t: float | None = None
         self._timings: dict[str, Any] = {}
         self._usage: dict[str, Any] = {}
+        self._timings_seen = False  # any chunk carried timings (capability detection)
 
     async def __aenter__(self) -> ChatStream:
         return self
@@ -338,6 +410,11 @@ class ChatStream:
             raise
 
     async def _start(self) -> None:
+        caps = await self._client.capabilities()
+        if self._closing:
+            return  # aclose() ran while the server was being asked
+        if caps is not None:
+            self.body = caps.request_body(self.body)
         self.request_at = time.monotonic()
         # The POST runs as its own task so that aclose() from another task can cancel it
         # while the consumer waits for the headers (a barge-in during prefill).
@@ -411,6 +488,7 @@ class ChatStream:
                                  f"{_error_message(chunk['error'])}")
         if isinstance(chunk.get("timings"), dict):
             self._timings = chunk["timings"]
+            self._timings_seen = True
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
         choices = chunk.get("choices")
@@ -456,6 +534,20 @@ class ChatStream:
             # close(), not release(): the socket must die so the server cancels the task.
             self._response.close()
         self.closed_at = time.monotonic()
+        self._observe()
+
+    def _observe(self) -> None:
+        """Tell the client's capabilities what this stream showed, when it is conclusive:
+        timings seen, or a complete reply without them; usage on a complete reply that
+        asked for it."""
+        caps = self._client.caps
+        if caps is None or (caps.timings is not None and caps.usage is not None):
+            return
+        complete = self.finished is not None
+        asked = (self.body.get("stream_options") or {}).get("include_usage") is True
+        if self._timings_seen or complete:
+            caps.observe(timings_seen=self._timings_seen,
+                         usage_seen=bool(self._usage) if complete and asked else None)
 
 
 # --- helpers ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipeline.events import Event, EventName, first, indexed_spans, last
+from pipeline.llm_caps import unknowable_of
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class TurnMetrics:
     prefill_ms: float | None = None  # the server's prompt_ms
     prompt_n: int | None = None
     cache_n: int | None = None
+    # OpenAI's usage on the stream's last chunk (stream_options.include_usage), any server.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     first_sentence_ms: float | None = None
     tts_first_ms: float | None = None
     first_audio_ms: float | None = None
@@ -46,11 +51,15 @@ class TurnMetrics:
     bargein_to_silence_ms: float | None = None
     bargein_to_llm_closed_ms: float | None = None
     bargein_to_slot_idle_ms: float | None = None
+    # Metrics this LLM server cannot give at all (llm.capabilities): None above, and
+    # "n/a (not reported by this server)" in reports, never 0.
+    not_reported: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (turn.end, replay/compare records, the web): barge-in latencies
         only in interrupted turns."""
         d = asdict(self)
+        d["not_reported"] = list(self.not_reported)
         if not self.interrupted:
             for key in _BARGEIN_KEYS:
                 del d[key]
@@ -84,6 +93,8 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
     request = _t(events, EventName.LLM_REQUEST)
     end = first(events, EventName.LLM_END)
     timings: dict[str, Any] = dict(end.data.get("timings") or {}) if end else {}
+    usage: dict[str, Any] = dict(end.data.get("usage") or {}) if end else {}
+    caps = first(events, EventName.LLM_CAPABILITIES)
     sentences = [e for e in events if e.name == EventName.SENTENCE]
     asr_ms = _ms(_t(events, EventName.ASR_START), _t(events, EventName.ASR_END))
     first_sentence_ms = _ms(request, sentences[0].t if sentences else None)
@@ -105,6 +116,9 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
         ttft_ms=_ms(request, _t(events, EventName.LLM_FIRST_TOKEN)),
         prefill_ms=round(timings["prompt_ms"], 1) if "prompt_ms" in timings else None,
         prompt_n=timings.get("prompt_n"), cache_n=timings.get("cache_n"),
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
+        cached_tokens=_cached(usage),
         first_sentence_ms=first_sentence_ms, tts_first_ms=tts_first_ms,
         first_audio_ms=first_audio_ms, turn_ms=_ms(0.0, played_to),
         overhead_ms=_overhead_ms(first_audio_ms, asr_ms, llm_ms, tts_ms, request,
@@ -120,7 +134,24 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
         # max_sentences had nothing left to close (None, not a negative time).
         bargein_to_llm_closed_ms=_ms(detected,
                                      _t(events, EventName.LLM_CLOSED, reason="bargein")),
-        bargein_to_slot_idle_ms=_ms(detected, _t(events, EventName.SLOT_IDLE)))
+        # Only a slot seen idle counts (a server without /slots never confirms it).
+        bargein_to_slot_idle_ms=_ms(detected, _slot_idle_t(events)),
+        not_reported=tuple(unknowable_of(caps.data if caps is not None else None)))
+
+
+def _slot_idle_t(events: Sequence[Event]) -> float | None:
+    e = next((e for e in events if e.name == EventName.SLOT_IDLE
+              and e.data.get("confirmed") is not False), None)
+    return None if e is None else e.t
+
+
+def _cached(usage: dict[str, Any]) -> int | None:
+    details = usage.get("prompt_tokens_details")
+    return _count(details.get("cached_tokens")) if isinstance(details, dict) else None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _overhead_ms(first_audio_ms: float | None, asr_ms: float | None, llm_ms: float | None,

@@ -31,6 +31,7 @@ from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation, Message
 from pipeline.events import Event, EventName, EventRecorder, Listener
 from pipeline.heard import HeardText
+from pipeline.llm_caps import NOT_VERIFIABLE
 from pipeline.llm_client import (
     ChatOptions,
     ChatStream,
@@ -260,6 +261,7 @@ class _Turn:
         self.rec.emit(EventName.TURN_START, mode=self.mode, **live)
         if self.confirmed is not None:
             self.rec.emit(EventName.SPECULATION_START)
+        self.runner.llm.prefetch_capabilities()  # once per client, while ASR runs
         sent: list[Message] | None = None
         try:
             result.transcript = await self.transcribe(audio, text)
@@ -297,6 +299,11 @@ class _Turn:
             await self.tasks.cancel_all()
             if self.stream is not None:
                 await self.stream.aclose()
+        caps = self.runner.llm.caps
+        if caps is not None and self.rec.first(EventName.LLM_REQUEST) is not None:
+            # What the server offers, as known now: every turn's log says which of its
+            # figures cannot be known (docs/llm-servers.md).
+            self.rec.emit(EventName.LLM_CAPABILITIES, **caps.to_dict())
         result.metrics = turn_metrics(self.rec.events, self.mode)
         self.rec.emit(EventName.TURN_END, metrics=result.metrics.to_dict())
         result.events = list(self.rec.events)
@@ -371,7 +378,8 @@ class _Turn:
     async def run_stages(self, sent: list[Message]) -> None:
         opts = ChatOptions(max_tokens=self.cfg.max_tokens, cache_prompt=True,
                            temperature=self.cfg.temperature, seed=self.cfg.seed,
-                           id_slot=self.cfg.id_slot, extra={"timings_per_token": True})
+                           id_slot=self.cfg.id_slot, include_usage=True,
+                           extra={"timings_per_token": True})
         # Created here, before any stage runs, so the llm stage and the hang-up share one
         # stream that no task has to hand to the other.
         self.stream = stream = self.runner.llm.stream_chat(sent, opts)
@@ -458,7 +466,7 @@ class _Turn:
         if self.finished is not None:
             end = self.finished
             self.rec.emit(EventName.LLM_END, at=end.t, finish_reason=end.finish_reason,
-                          timings=end.timings)
+                          timings=end.timings, usage=end.usage)
         else:
             self.rec.emit(EventName.LLM_END, finish_reason=hung_up,
                           timings=stream.last_timings)
@@ -560,7 +568,13 @@ class _Turn:
         """Poll /slots until the turn's slot is idle: proof that the server stopped.
 
         With ``id_slot`` set only that slot counts (another conversation's busy slot is
-        not ours); without it, any busy slot might be ours, so all must be idle."""
+        not ours); without it, any busy slot might be ours, so all must be idle. A server
+        without /slots cannot show it: recorded as not verifiable, never as confirmed."""
+        caps = self.runner.llm.caps
+        if caps is not None and not caps.slots:
+            self.rec.emit(EventName.SLOT_IDLE, confirmed=False, verifiable=False,
+                          reason=NOT_VERIFIABLE)
+            return
         try:
             idle = await self.runner.llm.wait_slot_idle(self.cfg.slot_idle_timeout,
                                                         slot=self.cfg.id_slot)

@@ -2,7 +2,8 @@
 
 - ``ensure_server(llm_url, *, start_if_missing=True, options=None, state_dir=None,
   quiet=False, **option_fields) -> str``: returns ``llm_url`` once a server answers
-  ``/health`` there; when nothing answers and the URL is local (127.0.0.1/localhost), starts
+  ``/health`` there (an OpenAI-compatible server without it: ``/v1/models``); when
+  nothing answers and the URL is local (127.0.0.1/localhost), starts
   the managed server on that port (``option_fields`` are ``ServerOptions`` fields, e.g.
   ``model=...``). Blocking; ``await ensure_server_async(...)`` runs it in a thread.
 - ``server_log_path(llm_url, state_dir=None) -> Path | None``: the log of the managed server
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 
 from services.errors import UserError
 from services.llama_server import DEFAULT_HOST, DEFAULT_URL, LlamaServer, ServerInfo, ServerOptions
-from services.server_http import wait_while_loading
+from services.server_http import get_json, wait_while_loading
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ def ensure_server(llm_url: str = DEFAULT_URL, *, start_if_missing: bool = True,
     state = wait_while_loading(llm_url, timeout=(options or ServerOptions()).start_timeout)
     if state == "ok":
         return llm_url
+    if state is not None and _openai_models(llm_url):
+        return llm_url  # an OpenAI-compatible server without /health (docs/llm-servers.md)
     if state is not None:
         raise UserError(f"the LLM server at {llm_url} answers /health with {state}")
     if not start_if_missing:
@@ -78,6 +81,12 @@ def ensure_server(llm_url: str = DEFAULT_URL, *, start_if_missing: bool = True,
                         f"use --llm-url {info.url} or 'voice-llm down' first")
     log.info("llama-server ready at %s (pid %d)", info.url, info.pid)
     return llm_url
+
+
+def _openai_models(llm_url: str) -> bool:
+    """The server lists models at /v1/models: OpenAI-compatible, even without /health."""
+    answer = get_json(f"{llm_url}/v1/models")
+    return answer is not None and answer[0] == 200 and isinstance(answer[1], dict)
 
 
 async def ensure_server_async(llm_url: str = DEFAULT_URL, **kwargs: Any) -> str:

@@ -140,9 +140,11 @@ async def _replay(args: argparse.Namespace) -> int:
 def _save(path: Path | None, turns: list[dict[str, Any]], runner: TurnRunner,
           supervisor: Supervisor) -> None:
     if path is not None:
+        caps = runner.llm.caps
         turn_options.write_json_atomic(path, {"turns": turns,
                                               "history": runner.conversation.to_json(),
-                                              "server_restarts": supervisor.restarts})
+                                              "server_restarts": supervisor.restarts,
+                                              "llm_capabilities": caps and caps.to_dict()})
 
 
 async def _supervise(result: TurnResult, supervisor: Supervisor) -> None:
@@ -189,6 +191,7 @@ async def _turn(runner: TurnRunner, bargein: BargeIn, audio: np.ndarray,
 
 def _report(result: TurnResult, file: str, turns: list[dict[str, Any]]) -> int:
     """Print one turn (what was said, its timeline) and record it; 1 if it failed."""
+    from pipeline.llm_caps import not_reported_line
     from services.timeline import render
 
     print(f"\nturn {result.turn} · {file} · {result.mode}")
@@ -200,5 +203,8 @@ def _report(result: TurnResult, file: str, turns: list[dict[str, Any]]) -> int:
         print(f"  assistant: {said.strip()}" + ("  [interrupted]" if result.interrupted
                                                 else ""))
     print("\n".join(render(result.events, result.metrics)))
+    unknown = not_reported_line(result.metrics.not_reported, interrupted=result.interrupted)
+    if unknown:  # figures this LLM server cannot give: said so, not shown as numbers
+        print(f"  {unknown}")
     turns.append(result.record(file))
     return 1 if result.error else 0
