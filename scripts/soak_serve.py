@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Soak through the service API (issue 12): N consecutive WAV turns in one session of
+``voice-llm serve``, a third of them barged in with ``POST /v1/sessions/{id}/interrupt``.
+
+Starts its own llama-server (on a free port, own state folder) and its own ``serve``
+against it (scripts/load_serve.py's stack), unless ``--url`` names a running serve. Every
+turn is a sample WAV uploaded to ``POST /v1/sessions/{id}/turns`` (real Whisper, real LLM,
+real Piper); the NDJSON stream is read to its end. A barge-in is sent a random 0.05-0.8 s
+after the turn's first audio line (the reply is still being synthesized then). Reports
+turns completed, errors, interrupted turns and whether each was confirmed idle on its slot
+(the turn's ``server.slot_idle`` event), and serve's RSS, open fds, sockets and asyncio
+tasks after a warm-up, every 20 turns and at the end. A benchmark, not a test:
+
+    flock /tmp/cpu.lock .venv/bin/python scripts/soak_serve.py [--turns 200] [--out out/soak]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load_serve import SAMPLES, health, start_stack  # noqa: E402
+
+WAVS = {wav: wav.read_bytes() for wav in SAMPLES}
+
+
+def resources(pid: int | None, tasks: int | None) -> dict[str, Any]:
+    if pid is None:
+        return {"asyncio_tasks": tasks}
+    fds = os.listdir(f"/proc/{pid}/fd")
+    sockets = 0
+    for fd in fds:
+        try:
+            sockets += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text()
+               .splitlines() if line.startswith("VmRSS:"))
+    return {"rss_mb": rss // 1024, "fds": len(fds), "sockets": sockets,
+            "asyncio_tasks": tasks}
+
+
+async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
+                   bargein_at: float | None) -> dict[str, Any]:
+    body = WAVS[wav]
+    record: dict[str, Any] = {"file": wav.name, "bargein_at": bargein_at, "error": None,
+                              "interrupted": False, "slot_idle": None}
+    interrupter: asyncio.Task[None] | None = None
+
+    async def interrupt_later(delay: float) -> None:
+        await asyncio.sleep(delay)
+        async with http.post(f"{url}/v1/sessions/{sid}/interrupt") as resp:
+            record["interrupt_answer"] = (await resp.json()).get("interrupted")
+
+    try:
+        async with http.post(f"{url}/v1/sessions/{sid}/turns", data=body,
+                             headers={"Content-Type": "audio/wav"}) as resp:
+            if resp.status != 200:
+                record["error"] = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                return record
+            async for raw in resp.content:
+                line = json.loads(raw)
+                kind = line["type"]
+                if kind == "audio" and bargein_at is not None and interrupter is None:
+                    interrupter = asyncio.create_task(interrupt_later(bargein_at))
+                elif kind == "event" and line["event"].get("stage") == "server" and \
+                        line["event"].get("event") == "slot_idle":
+                    record["slot_idle"] = line["event"].get("confirmed")
+                elif kind == "error":
+                    record["error"] = line["error"]
+                elif kind == "result":
+                    record.update(error=line["error"], interrupted=line["interrupted"],
+                                  first_audio_ms=line["metrics"].get("first_audio_ms"))
+    finally:
+        if interrupter is not None:
+            if not interrupter.done():
+                interrupter.cancel()
+            await asyncio.gather(interrupter, return_exceptions=True)
+    return record
+
+
+async def soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as http:
+        async with http.post(f"{url}/v1/sessions") as resp:
+            sid = (await resp.json())["id"]
+        for wav in SAMPLES[:3]:  # warm-up: models, pools and caches reach their size
+            await one_turn(http, url, sid, wav, None)
+        await asyncio.sleep(1.0)
+        samples = [{"turn": 0, **resources(pid, (await health(http, url)).get("tasks"))}]
+        turns: list[dict[str, Any]] = []
+        started = time.monotonic()
+        for i in range(args.turns):
+            at = round(rng.uniform(0.05, 0.8), 2) if rng.random() < 1 / 3 else None
+            turns.append({"turn": i + 1, **await one_turn(
+                http, url, sid, SAMPLES[i % len(SAMPLES)], at)})
+            if (i + 1) % 20 == 0:
+                await asyncio.sleep(0.5)  # let the turn's handler task finish
+                samples.append({"turn": i + 1, **resources(
+                    pid, (await health(http, url)).get("tasks"))})
+                print(f"soak: {i + 1}/{args.turns} turns, {samples[-1]}", file=sys.stderr)
+        seconds = round(time.monotonic() - started, 1)
+        async with http.get(f"{url}/v1/sessions/{sid}") as resp:
+            history = (await resp.json()).get("history", [])
+        async with http.delete(f"{url}/v1/sessions/{sid}"):
+            pass
+    await asyncio.sleep(1.0)  # our keep-alive connection closed: count what serve kept
+    async with aiohttp.ClientSession() as http:
+        end = resources(pid, (await health(http, url)).get("tasks"))
+    interrupted = [t for t in turns if t["interrupted"]]
+    return {
+        "via": "serve", "turns": args.turns,
+        "completed": sum(t["error"] is None for t in turns),
+        "errors": [t for t in turns if t["error"]],
+        "planned_bargeins": sum(t["bargein_at"] is not None for t in turns),
+        "interrupted": len(interrupted),
+        "interrupted_confirmed_idle": sum(t["slot_idle"] is True for t in interrupted),
+        "history_messages": len(history), "seconds": seconds,
+        "start": samples[0], "end": end, "samples": samples, "per_turn": turns,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--turns", type=int, default=200)
+    p.add_argument("--url", help="a running serve (default: start llama-server and serve)")
+    p.add_argument("--out", type=Path, default=Path("out/soak"))
+    p.add_argument("--seed", type=int, default=12)
+    args = p.parse_args()
+    stack = None
+    pid: int | None = None
+    if args.url:
+        url = args.url.rstrip("/")
+    else:
+        print("starting llama-server and serve ...", file=sys.stderr, flush=True)
+        url, pids, stack = start_stack(slots=1, ctx=4096)
+        pid = pids[0]
+    try:
+        r = asyncio.run(soak(args, url, pid))
+    finally:
+        if stack is not None:
+            _state, server, serve = stack
+            serve.terminate()
+            serve.wait(timeout=30)
+            server.stop()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "soak_serve.json").write_text(json.dumps(r, indent=2) + "\n")
+    print(f"via serve: turns completed {r['completed']}/{r['turns']} · errors "
+          f"{len(r['errors'])} · interrupted {r['interrupted']} of {r['planned_bargeins']} "
+          f"planned, slot confirmed idle after {r['interrupted_confirmed_idle']}/"
+          f"{r['interrupted']} · {r['seconds']} s")
+    t20 = next((x for x in r["samples"] if x["turn"] == 20), r["start"])
+    print(f"{'':14}{'start':>8}{'turn 20':>8}{'end':>8}")
+    for key in r["start"]:
+        if key != "turn":
+            print(f"{key:14}{r['start'][key]!s:>8}{t20[key]!s:>8}{r['end'][key]!s:>8}")
+    print(f"wrote {args.out / 'soak_serve.json'}")
+    ok = (r["completed"] == r["turns"]
+          and r["interrupted_confirmed_idle"] == r["interrupted"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
