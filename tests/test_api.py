@@ -379,6 +379,7 @@ async def test_ws_sessions_share_the_slot_pool(slotted: Api) -> None:
                 "turn.result":
             break
     assert slotted.fake.requests[-1].body["id_slot"] == 0
+    assert json.loads(raw.data)["id_slot"] == 0  # the tab is told its slot
     sid = await slotted.create()
     await slotted.turn(sid)
     assert slotted.fake.requests[-1].body["id_slot"] == 1
