@@ -140,17 +140,27 @@ def main() -> int:
           f"slot confirmed idle after "
           f"{r['interrupted_confirmed_idle']}/{r['interrupted']} · restarts "
           f"{r['server_restarts']} · {r['seconds']} s")
-    # Start = after the warm-up; turn 20 = once the allocator and ONNX/CT2 pools reached
-    # their steady size (RSS grows once over the first turns, then stays: see samples).
-    t20 = next((x for x in r["samples"] if x["turn"] == 20), r["start"])
-    print(f"{'':14}{'start':>8}{'turn 20':>8}{'end':>8}")
-    for key in r["start"]:
-        print(f"{key:14}{r['start'][key]:>8}{t20[key]:>8}{r['end'][key]:>8}")
+    print(resource_table(r))
     print(f"wrote {args.out / 'soak.json'}")
+    return passed(r)
+
+
+def resource_table(r: dict[str, Any]) -> str:
+    """Start (after the warm-up), turn 20 and end, side by side. Turn 20: once the
+    allocator and the ONNX/CT2 pools reached their steady size (RSS grows once over the
+    first turns, then stays: see samples)."""
+    t20 = next((x for x in r["samples"] if x["turn"] == 20), r["start"])
+    lines = [f"{'':14}{'start':>8}{'turn 20':>8}{'end':>8}"]
+    lines += [f"{key:14}{r['start'][key]!s:>8}{t20[key]!s:>8}{r['end'][key]!s:>8}"
+              for key in r["start"] if key != "turn"]
+    return "\n".join(lines)
+
+
+def passed(r: dict[str, Any]) -> int:
+    """0 when every turn completed and every interrupted one was confirmed idle."""
     ok = (r["completed"] == r["turns"]
           and r["interrupted_confirmed_idle"] == r["interrupted"])
     return 0 if ok else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,6 +30,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_serve import SAMPLES, health, start_stack  # noqa: E402
+from soak import passed, resource_table  # noqa: E402
 
 WAVS = {wav: wav.read_bytes() for wav in SAMPLES}
 
@@ -159,16 +160,9 @@ def main() -> int:
           f"{len(r['errors'])} · interrupted {r['interrupted']} of {r['planned_bargeins']} "
           f"planned, slot confirmed idle after {r['interrupted_confirmed_idle']}/"
           f"{r['interrupted']} · {r['seconds']} s")
-    t20 = next((x for x in r["samples"] if x["turn"] == 20), r["start"])
-    print(f"{'':14}{'start':>8}{'turn 20':>8}{'end':>8}")
-    for key in r["start"]:
-        if key != "turn":
-            print(f"{key:14}{r['start'][key]!s:>8}{t20[key]!s:>8}{r['end'][key]!s:>8}")
+    print(resource_table(r))
     print(f"wrote {args.out / 'soak_serve.json'}")
-    ok = (r["completed"] == r["turns"]
-          and r["interrupted_confirmed_idle"] == r["interrupted"])
-    return 0 if ok else 1
-
+    return passed(r)
 
 if __name__ == "__main__":
     sys.exit(main())
