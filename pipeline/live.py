@@ -6,7 +6,8 @@ So the turn starts *speculatively* at the first short pause (``SegmenterConfig.p
 200 ms): Whisper, the LLM request and the first sentence's TTS all run, but the sink stays
 closed (``TurnRunner.run(confirmed=...)``). Meanwhile the speculative transcript tells the
 ``EndpointPolicy`` how long to wait for more ("Why is the sky blue?" -> 500 ms; "about
-the" -> 1.1 s; the voice's pitch at the pause is measured for it too), and the segmenter ends the utterance after that much silence:
+the" -> 1.1 s; the voice's pitch at the pause is measured for it too), and the segmenter
+ends the utterance after that much silence:
 
 - the utterance ends -> the speculation is confirmed and plays from where it already is;
 - the user speaks again first -> ``TurnRunner.abandon()``: the same verified hang-up as a
