@@ -17,7 +17,7 @@ WAV transcribed in-process (30 s window) and by the server, each reply sentence 
 in-process (default threads) and by the server, and a bare ``describe`` round trip.
 
     flock /tmp/cpu.lock .venv/bin/python scripts/bench_engines.py samples/ \
-        [--runs 2] [--llm-url URL] [--out out/engines]
+        [--runs 2] [--max-sentences 1] [--llm-url URL] [--out out/engines]
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +76,13 @@ async def turns(args: argparse.Namespace, wavs: list[Path], engines: dict[str, A
     remote_asr = await asyncio.to_thread(make_asr, engines["asr"], language="en", threads=2,
                                          window="fitted")
     remote_tts = await asyncio.to_thread(make_tts, engines["tts"], threads=None)
+    # Only the first sentence matters here (asr, its TTS, first audio): the rest of a reply
+    # would be seconds of real-time playback per turn.
+    config = replace(local.config, max_sentences=args.max_sentences)
     assistants = {
-        "local": local,
-        "local-as-servers": Assistant(full, default_threads, local.llm, local.llm_url,
-                                      local.config),
-        "wyoming": Assistant(remote_asr, remote_tts, local.llm, local.llm_url, local.config),
+        "local": Assistant(local.asr, local.tts, local.llm, local.llm_url, config),
+        "local-as-servers": Assistant(full, default_threads, local.llm, local.llm_url, config),
+        "wyoming": Assistant(remote_asr, remote_tts, local.llm, local.llm_url, config),
     }
     audio = {wav: await asyncio.to_thread(load_wav, wav) for wav in wavs}
     sink = RealtimeNullSink()
@@ -101,6 +105,8 @@ async def turns(args: argparse.Namespace, wavs: list[Path], engines: dict[str, A
                     row |= {"asr_connect_ms": call.connect_ms, "asr_send_ms": call.send_ms,
                             "asr_reply_ms": call.reply_ms}
                 rows.append(row)
+                # after every turn: a slow machine or a timeout keeps what was measured
+                (args.out / "turns.json").write_text(json.dumps(rows, indent=2))
                 sentences += [e.data["text"] for e in result.events
                               if e.name == "splitter.sentence"]
                 print(f"run {run} {name:17} {wav.name:28} first audio "
@@ -237,8 +243,13 @@ def main() -> int:
                    help="passes over the WAVs and sentences in the hop measure (default 2)")
     p.add_argument("--sentences", type=int, default=12, metavar="N",
                    help="reply sentences used in the TTS hop measure (default 12)")
+    p.add_argument("--max-sentences", type=int, default=1, metavar="N",
+                   help="sentences per reply (default %(default)s: only the first is "
+                   "measured)")
     p.add_argument("--out", type=Path, default=ROOT / "out" / "engines")
     args = p.parse_args()
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C, so the speech servers are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     where = Path(args.inputs)
     wavs = sorted(where.glob("*.wav")) if where.is_dir() else [where]
     args.out.mkdir(parents=True, exist_ok=True)

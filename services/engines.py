@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--asr-threads", type=int, default=2, help="Whisper's CPU threads "
                    "(default %(default)s)")
     args = p.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C: the servers are stopped, not orphaned.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         with speech_servers(args.asr_port or None, args.tts_port or None, host=args.host,
                             asr_threads=args.asr_threads) as engines:
