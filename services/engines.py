@@ -84,9 +84,9 @@ def asr_server_command(port: int, *, host: str = "127.0.0.1", threads: int = 2,
     """``wyoming-faster-whisper`` on the bundled Whisper base (int8, beam 1, like ours).
 
     ``--model`` takes a folder: faster-whisper loads a CTranslate2 folder as it is. The
-    library is named because with ``auto`` the server prefers other backends when their
-    packages happen to be installed; ``--local-files-only`` makes a wrong path an error
-    instead of a download."""
+    library is named so the folder always goes to faster-whisper (``auto`` picks other
+    backends for some languages when their packages are installed);
+    ``--local-files-only`` makes a wrong path an error instead of a download."""
     from services import models
 
     return [_tool("wyoming-faster-whisper"), "--uri", f"tcp://{host}:{port}",
