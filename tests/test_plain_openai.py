@@ -114,8 +114,10 @@ async def test_text_turns_through_the_proxy(plain, piper) -> None:
     sink = RealtimeNullSink()
     await sink.open(piper.sample_rate)
     async with LlmClient(plain) as client:
+        # Short replies read to their end: a complete stream is what shows that the
+        # server sends no timings (a cut one could still have had them on its last chunk).
         runner = TurnRunner(None, client, piper, sink, Conversation(),
-                            TurnConfig(max_sentences=2))
+                            TurnConfig(max_sentences=None, max_tokens=16))
         results = [await runner.run(text=q) for q in ("Why is the sky blue?",
                                                       "And why is the sunset red?")]
     for r in results:
@@ -124,6 +126,7 @@ async def test_text_turns_through_the_proxy(plain, piper) -> None:
         m = r.metrics
         assert m.prefill_ms is None and m.cache_n is None and m.prompt_n is None
         assert {"prefill_ms", "cache_n", "prompt_n"} <= set(m.not_reported)
+        assert m.completion_tokens is not None and m.completion_tokens <= 16  # usage
         caps = next(e.data for e in r.events if e.name == "llm.capabilities")
         assert caps["server"] == "openai-compatible" and caps["timings"] is False
     assert len(runner.conversation.history) == 4
