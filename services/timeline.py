@@ -85,7 +85,7 @@ def summary_line(m: TurnMetrics) -> str:
     parts = [f"first audio {f(m.first_audio_ms)} ms", f"asr {f(m.asr_ms)}",
              f"ttft {f(m.ttft_ms)}", f"1st sentence {f(m.first_sentence_ms)}",
              f"tts1 {f(m.tts_first_ms)}", f"overhead {f(m.overhead_ms)}",
-             f"cache {m.cache_n}/{m.prompt_n} tok"]
+             "cache n/a" if m.cache_n is None else f"cache {m.cache_n}/{m.prompt_n} tok"]
     if m.first_audio_from_speech_end_ms is not None:
         parts.append(f"from your last sound {f(m.first_audio_from_speech_end_ms)} ms"
                      + (" (speculative)" if m.speculation_confirmed_ms is not None else ""))
