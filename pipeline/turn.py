@@ -125,7 +125,10 @@ class TurnConfig:
     first_phrase_chars: int | None = 25
     temperature: float = 0.3
     seed: int | None = 1234
-    slot_idle_timeout: float = 1.0
+    # How long a hang-up's slot may take to show idle before it is reported unconfirmed.
+    # Alone it takes 4-42 ms; with three conversations or a soak on the 2 cores a hung-up
+    # slot was seen busy up to 1.2 s (docs/results.md), so 1 s called slow stops failures.
+    slot_idle_timeout: float = 3.0
     # The server slot this conversation owns (serve: one per session, so its KV prefix
     # stays cached); None lets llama-server choose. Barge-in then waits on this slot only.
     id_slot: int | None = None
