@@ -51,6 +51,7 @@ from services.api_slots import (
     QueueTimeout,
     SlotPool,
 )
+from services.engines import add_engine_options
 from services.errors import UserError
 from services.prom import CONTENT_TYPE as PROM_CONTENT_TYPE
 from services.prom import ServiceMetrics
@@ -534,6 +535,7 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    "in any 60 s; a client is its API key, or its address without one; over "
                    "it: 429 with Retry-After (default %(default)s; 0: no limit)")
     add_asr_window_option(p)
+    add_engine_options(p)  # --asr / --tts: in-process or a Wyoming speech server
 
 
 def run(args: argparse.Namespace) -> int:
@@ -561,7 +563,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from services.assistant import load_assistant
 
     assistant = await load_assistant(args.llm_url, language=args.language,
-                                     asr_window=args.asr_window)
+                                     asr_window=args.asr_window, asr=args.asr, tts=args.tts)
     slots = args.slots or await server_slots(assistant)
     app = create_app(assistant, max_upload_bytes=int(args.max_upload_mb * 2**20),
                      slots=slots, api_key=args.api_key, max_sessions=args.max_sessions,

@@ -577,3 +577,16 @@ async def test_sink_stop_returns_the_played_count_and_silences_until_resume() ->
         await sink.play(np.ones(10, dtype=np.float32))
     sink.outbox.close()
     await writer
+
+
+def test_serve_takes_the_speech_engine_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve reaches Wyoming speech servers like replay/talk (--asr/--tts, services/engines)."""
+    from services.cli import build_parser
+
+    monkeypatch.delenv("VOICE_LLM_ASR", raising=False)
+    monkeypatch.delenv("VOICE_LLM_TTS", raising=False)
+    args = build_parser("serve").parse_args(
+        ["serve", "--asr", "wyoming://10.0.0.5:10300", "--tts", "wyoming://10.0.0.6:10200"])
+    assert (args.asr, args.tts) == ("wyoming://10.0.0.5:10300", "wyoming://10.0.0.6:10200")
+    default = build_parser("serve").parse_args(["serve"])
+    assert (default.asr, default.tts) == ("local", "local")
