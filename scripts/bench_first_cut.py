@@ -29,16 +29,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-QUESTIONS = [
-    "How do I sleep better?", "Why is the sky blue?", "Tell me about the history of bicycles.",
-    "What is a good breakfast?", "How do plants grow?", "What should I pack for a day hike?",
-    "How can I learn a new language quickly?", "What makes a good cup of coffee?",
-    "How do I stay safe on a long drive?", "Why do cats purr?",
-    "What is the best way to save money?", "How do airplanes stay in the air?",
-    "Can you recommend a good book for the weekend?", "How do I start running?",
-    "What should I cook for dinner tonight?", "How does the moon affect the tides?",
-]
+from soak import QUESTIONS as SOAK_QUESTIONS  # noqa: E402
+
+QUESTIONS = SOAK_QUESTIONS[:16]  # the soak's questions: everyday requests, varied openings
 
 
 def pct(values: list[float], q: float) -> float | None:
