@@ -128,24 +128,22 @@ def hop(parts: dict[str, Any], engines: dict[str, Any], repeats: int) -> dict[st
         fn(*a)
         return (time.perf_counter() - t) * 1000
 
+    def paired(first_local: bool, local: Any, remote: Any, arg: Any) -> list[float]:
+        """[local ms, remote ms] on the same input, the order alternating per round."""
+        if first_local:
+            a = timed(local, arg)
+            return [a, timed(remote, arg)]
+        b = timed(remote, arg)
+        return [timed(local, arg), b]
+
     asr_pairs, tts_pairs, rtt = [], [], []
     for i in range(repeats):
-        for samples in parts["audio"].values():
-            if i % 2 == 0:
-                a = timed(parts["full"].transcribe, samples)
-                b = timed(parts["remote_asr"].transcribe, samples)
-            else:
-                b = timed(parts["remote_asr"].transcribe, samples)
-                a = timed(parts["full"].transcribe, samples)
-            asr_pairs.append([a, b])
-        for text in parts["sentences"]:
-            if i % 2 == 0:
-                a = timed(parts["piper"].synthesize, text)
-                b = timed(parts["remote_tts"].synthesize, text)
-            else:
-                b = timed(parts["remote_tts"].synthesize, text)
-                a = timed(parts["piper"].synthesize, text)
-            tts_pairs.append([a, b])
+        asr_pairs += [paired(i % 2 == 0, parts["full"].transcribe,
+                             parts["remote_asr"].transcribe, samples)
+                      for samples in parts["audio"].values()]
+        tts_pairs += [paired(i % 2 == 0, parts["piper"].synthesize,
+                             parts["remote_tts"].synthesize, text)
+                      for text in parts["sentences"]]
     for engine in (engines["asr"], engines["tts"]):
         for _ in range(20):
             rtt.append(timed(describe, engine.host, engine.port, 5.0, str(engine)))

@@ -56,14 +56,21 @@ def proc_stats(pid: int | None) -> dict[str, Any]:
         return {}
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
-        sockets = sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-                      for fd in fds)
+        sockets = sum(_link(pid, fd).startswith("socket:") for fd in fds)
         rss = next(int(line.split()[1]) for line in
                    Path(f"/proc/{pid}/status").read_text().splitlines()
                    if line.startswith("VmRSS:"))
     except (OSError, StopIteration):
         return {}
     return {"sockets": sockets, "rss_mb": round(rss / 1024, 1)}
+
+
+def _link(pid: int, fd: str) -> str:
+    """Where one fd points; "" when it closed since the listing (not a reason to give up)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return ""
 
 
 async def health(http: aiohttp.ClientSession, url: str) -> dict[str, Any]:

@@ -29,26 +29,19 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load_serve import SAMPLES, health, start_stack  # noqa: E402
+from load_serve import SAMPLES, health, proc_stats, start_stack  # noqa: E402
 from soak import passed, resource_table  # noqa: E402
 
 WAVS = {wav: wav.read_bytes() for wav in SAMPLES}
 
 
 def resources(pid: int | None, tasks: int | None) -> dict[str, Any]:
+    """serve's RSS and sockets (load_serve's proc_stats), its open fds and asyncio tasks."""
     if pid is None:
         return {"asyncio_tasks": tasks}
-    fds = os.listdir(f"/proc/{pid}/fd")
-    sockets = 0
-    for fd in fds:
-        try:
-            sockets += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text()
-               .splitlines() if line.startswith("VmRSS:"))
-    return {"rss_mb": rss // 1024, "fds": len(fds), "sockets": sockets,
-            "asyncio_tasks": tasks}
+    stats = proc_stats(pid)
+    return {"rss_mb": stats.get("rss_mb"), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+            "sockets": stats.get("sockets"), "asyncio_tasks": tasks}
 
 
 async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
