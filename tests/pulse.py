@@ -85,12 +85,12 @@ class EventLog:
     def poll(self) -> None:
         if not self.path.exists():
             return
-        with self.path.open() as f:
+        with self.path.open("rb") as f:  # bytes: a text offset is not a byte offset
             f.seek(self._offset)
             data = f.read()
-        complete = data[: data.rfind("\n") + 1]
+        complete = data[: data.rfind(b"\n") + 1]  # the writer may be mid-line
         self._offset += len(complete)
-        for line in complete.splitlines():
+        for line in complete.decode().splitlines():
             self.events.append(json.loads(line))
             self.seen_at.append(time.monotonic())
 

@@ -53,7 +53,10 @@ def _wait_for_event(path: Path, event: str, timeout: float = 120.0) -> list[dict
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
-            evs = [json.loads(line) for line in path.read_text().splitlines() if line]
+            # A line is complete only with its newline: the reader may catch the writer
+            # between the first and the last byte of one os.write.
+            text = path.read_text()
+            evs = [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
             if any(f"{e['stage']}.{e['event']}" == event for e in evs):
                 return evs
         time.sleep(0.05)
