@@ -39,6 +39,14 @@ class Conversation:
         while len(self.history) > self.max_messages:
             del self.history[:2]
 
+    def amend_last_reply(self, assistant_raw: str) -> bool:
+        """Replace the last assistant message (a client said it heard less of it). Only
+        the tokens from that message on lose their cached prefix."""
+        if not self.history or self.history[-1]["role"] != "assistant":
+            return False
+        self.history[-1] = {"role": "assistant", "content": assistant_raw}
+        return True
+
     def trim_oldest(self, keep_fraction: float) -> int:
         """Context overflow: drop the oldest user/assistant pairs, never the system prompt,
         until the history holds at most ``keep_fraction`` of its characters (at least one

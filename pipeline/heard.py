@@ -50,6 +50,22 @@ class HeardText:
     def set_played(self, index: int, samples: int) -> None:
         self.sentences[index].played = samples
 
+    def audio_samples(self) -> int:
+        """Samples of reply audio synthesized so far, all sentences together."""
+        return sum(s.samples or 0 for s in self.sentences)
+
+    def cut_at(self, played: int) -> bool:
+        """A client that plays the audio itself stopped after ``played`` samples of the
+        whole reply: spread them over the sentences in order (never more than each
+        sentence had already played here). True when that cuts the reply short."""
+        if played >= self.audio_samples():
+            return False
+        left = max(played, 0)
+        for s in self.sentences:
+            s.played = min(s.played, left)
+            left -= min(s.samples or 0, left)
+        return True
+
     def reply(self, complete: bool = True) -> str:
         """The raw reply for the history: all of it when the model finished, else up to
         the end of the last released sentence (what was cut off was never spoken)."""

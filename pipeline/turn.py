@@ -150,6 +150,10 @@ class TurnResult:
     error: str | None = None
     events: list[Event] = field(default_factory=list)
     metrics: TurnMetrics = field(init=False)
+    # The reply sentence by sentence with its audio, and whether it went into the history:
+    # a client that plays the audio itself can still cut the history at what it played.
+    spoken: HeardText | None = field(default=None, repr=False, compare=False)
+    committed: bool = False
 
     def __post_init__(self) -> None:
         self.metrics = TurnMetrics(self.mode)
@@ -259,7 +263,7 @@ class _Turn:
 
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
-        result = TurnResult(self.rec.turn, self.mode)
+        result = TurnResult(self.rec.turn, self.mode, spoken=self.heard)
         live = {} if self.speech_end_ms is None else {"speech_end_ms": self.speech_end_ms}
         self.rec.emit(EventName.TURN_START, mode=self.mode, **live)
         if self.confirmed is not None:
@@ -280,6 +284,7 @@ class _Turn:
                 sent = self.runner.conversation.messages_for(result.transcript,
                                                              self.volatile())
                 await self.run_stages(sent)  # the one retry
+            result.spoken = self.heard  # a retry after an overflow has its own
             result.reply = self.heard.reply(complete=self.finished is not None)
             result.abandoned = self.abandoned
             result.interrupted = self.interrupted.is_set() and not self.abandoned
@@ -287,6 +292,7 @@ class _Turn:
             kept = self.heard.heard_raw() if result.interrupted else result.reply
             if not self.abandoned:  # the user never heard it and was not done talking
                 self.runner.conversation.commit(sent, kept)
+                result.committed = True
         except _Abandoned:
             result.abandoned = True
         except (TurnError, LlmError) as e:
@@ -298,6 +304,7 @@ class _Turn:
                 result.reply = self.heard.reply(complete=False)
                 result.heard = self.heard.heard_text()
                 self.runner.conversation.commit(sent, self.heard.heard_raw())
+                result.committed = True
         finally:
             await self.tasks.cancel_all()
             if self.stream is not None:

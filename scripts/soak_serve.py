@@ -5,11 +5,15 @@
 Starts its own llama-server (on a free port, own state folder) and its own ``serve``
 against it (scripts/load_serve.py's stack), unless ``--url`` names a running serve. Every
 turn is a sample WAV uploaded to ``POST /v1/sessions/{id}/turns`` (real Whisper, real LLM,
-real Piper); the NDJSON stream is read to its end. A barge-in is sent a random 0.05-0.8 s
-after the turn's first audio line (the reply is still being synthesized then). Reports
-turns completed, errors, interrupted turns and whether each was confirmed idle on its slot
-(the turn's ``server.slot_idle`` event), and serve's RSS, open fds, sockets and asyncio
-tasks after a warm-up, every 20 turns and at the end. A benchmark, not a test:
+real Piper); the NDJSON stream is read to its end. The client behaves like one that plays
+the reply itself, in real time from its first audio line: a barge-in comes a random
+0-1.5 s after the turn's first sentence line and says how much was played
+(``played_samples``). serve hands audio over faster than it is played, so some barge-ins
+find the turn still generating (a server-side hang-up: its slot must be confirmed idle) and
+the rest find it over (the history must be cut at what was played). Reports turns
+completed, errors, both kinds of barge-in with their checks (``server.slot_idle``
+confirmed; the history's last reply marked ``…``), and serve's RSS, open fds, sockets and
+asyncio tasks after a warm-up, every 20 turns and at the end. A benchmark, not a test:
 
     flock /tmp/cpu.lock .venv/bin/python scripts/soak_serve.py [--turns 200] [--out out/soak]
 """
@@ -48,38 +52,50 @@ async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
                    bargein_at: float | None) -> dict[str, Any]:
     body = WAVS[wav]
     record: dict[str, Any] = {"file": wav.name, "bargein_at": bargein_at, "error": None,
-                              "interrupted": False, "slot_idle": None}
+                              "interrupted": False, "slot_idle": None, "cut": None}
     interrupter: asyncio.Task[None] | None = None
+    received, rate = 0, 0
+    first_audio: float | None = None
 
     async def interrupt_later(delay: float) -> None:
         await asyncio.sleep(delay)
-        async with http.post(f"{url}/v1/sessions/{sid}/interrupt") as resp:
-            record["interrupt_answer"] = (await resp.json()).get("interrupted")
+        playing = 0.0 if first_audio is None else time.monotonic() - first_audio
+        played = min(received, int(playing * rate))  # what a real-time player has played
+        async with http.post(f"{url}/v1/sessions/{sid}/interrupt",
+                             json={"played_samples": played}) as resp:
+            answer = await resp.json()
+        record.update(played_samples=played, interrupt_answer=answer.get("interrupted"))
+        if answer.get("cut") is not None:  # the turn was over: cut at once
+            record["cut"] = answer["cut"]
 
-    try:
-        async with http.post(f"{url}/v1/sessions/{sid}/turns", data=body,
-                             headers={"Content-Type": "audio/wav"}) as resp:
-            if resp.status != 200:
-                record["error"] = f"HTTP {resp.status}: {(await resp.text())[:200]}"
-                return record
-            async for raw in resp.content:
-                line = json.loads(raw)
-                kind = line["type"]
-                if kind == "audio" and bargein_at is not None and interrupter is None:
-                    interrupter = asyncio.create_task(interrupt_later(bargein_at))
-                elif kind == "event" and line["event"].get("stage") == "server" and \
-                        line["event"].get("event") == "slot_idle":
-                    record["slot_idle"] = line["event"].get("confirmed")
-                elif kind == "error":
-                    record["error"] = line["error"]
-                elif kind == "result":
-                    record.update(error=line["error"], interrupted=line["interrupted"],
-                                  first_audio_ms=line["metrics"].get("first_audio_ms"))
-    finally:
-        if interrupter is not None:
-            if not interrupter.done():
-                interrupter.cancel()
-            await asyncio.gather(interrupter, return_exceptions=True)
+    async with http.post(f"{url}/v1/sessions/{sid}/turns", data=body,
+                         headers={"Content-Type": "audio/wav"}) as resp:
+        if resp.status != 200:
+            record["error"] = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+            return record
+        async for raw in resp.content:
+            line = json.loads(raw)
+            kind = line["type"]
+            if kind == "sentence" and bargein_at is not None and interrupter is None:
+                interrupter = asyncio.create_task(interrupt_later(bargein_at))
+            elif kind == "audio":
+                first_audio = first_audio or time.monotonic()
+                received, rate = received + line["samples"], line["sample_rate"]
+            elif kind == "event" and line["event"].get("stage") == "server" and \
+                    line["event"].get("event") == "slot_idle":
+                record["slot_idle"] = line["event"].get("confirmed")
+            elif kind == "error":
+                record["error"] = line["error"]
+            elif kind == "result":
+                record.update(error=line["error"], interrupted=line["interrupted"],
+                              first_audio_ms=line["metrics"].get("first_audio_ms"))
+    if interrupter is not None:  # the player goes on after the stream has ended
+        await interrupter
+        async with http.get(f"{url}/v1/sessions/{sid}") as resp:
+            history = (await resp.json())["history"]
+        record["hung_up"] = record.get("interrupt_answer") is True
+        # what the client played is what the history says was said
+        record["history_cut"] = bool(history) and history[-1]["content"].endswith("…")
     return record
 
 
@@ -95,7 +111,7 @@ async def soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str,
         turns: list[dict[str, Any]] = []
         started = time.monotonic()
         for i in range(args.turns):
-            at = round(rng.uniform(0.05, 0.8), 2) if rng.random() < 1 / 3 else None
+            at = round(rng.uniform(0.0, 1.5), 2) if rng.random() < 1 / 3 else None
             turns.append({"turn": i + 1, **await one_turn(
                 http, url, sid, SAMPLES[i % len(SAMPLES)], at)})
             if (i + 1) % 20 == 0:
@@ -112,6 +128,9 @@ async def soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str,
     async with aiohttp.ClientSession() as http:
         end = resources(pid, (await health(http, url)).get("tasks"))
     interrupted = [t for t in turns if t["interrupted"]]
+    bargeins = [t for t in turns if t["bargein_at"] is not None]
+    hung_up = [t for t in bargeins if t.get("hung_up")]
+    cut_after = [t for t in bargeins if t["cut"]]
     return {
         "via": "serve", "turns": args.turns,
         "completed": sum(t["error"] is None for t in turns),
@@ -119,6 +138,10 @@ async def soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str,
         "planned_bargeins": sum(t["bargein_at"] is not None for t in turns),
         "interrupted": len(interrupted),
         "interrupted_confirmed_idle": sum(t["slot_idle"] is True for t in interrupted),
+        "hung_up_mid_turn": len(hung_up), "cut_after_turn": len(cut_after),
+        "played_everything": sum(t["cut"] is False for t in bargeins),
+        # every barge-in that stopped playback short left a history marked as cut
+        "history_cut_ok": sum(t.get("history_cut") is True for t in hung_up + cut_after),
         "history_messages": len(history), "seconds": seconds,
         "start": samples[0], "end": end, "samples": samples, "per_turn": turns,
     }
@@ -153,9 +176,14 @@ def main() -> int:
           f"{len(r['errors'])} · interrupted {r['interrupted']} of {r['planned_bargeins']} "
           f"planned, slot confirmed idle after {r['interrupted_confirmed_idle']}/"
           f"{r['interrupted']} · {r['seconds']} s")
+    print(f"barge-ins: {r['hung_up_mid_turn']} hung up mid-turn, {r['cut_after_turn']} cut "
+          f"the history after the turn, {r['played_everything']} came after all was played; "
+          f"history marked as cut {r['history_cut_ok']}/"
+          f"{r['hung_up_mid_turn'] + r['cut_after_turn']}")
     print(resource_table(r))
     print(f"wrote {args.out / 'soak_serve.json'}")
-    return passed(r)
+    history_ok = r["history_cut_ok"] == r["hung_up_mid_turn"] + r["cut_after_turn"]
+    return passed(r) or (0 if history_ok else 1)
 
 if __name__ == "__main__":
     sys.exit(main())

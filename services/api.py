@@ -108,11 +108,11 @@ def parse_options(values: dict[str, Any]) -> TurnOptions:
     mode = values.get("mode")
     if mode not in (None, "streamed", "serial"):
         raise ApiError(400, "bad_option", f"mode must be streamed or serial, not {mode!r}")
-    return TurnOptions(mode, _int_option(values, "max_tokens", 1, MAX_TOKENS_LIMIT),
-                       _int_option(values, "max_sentences", 1, 50))
+    return TurnOptions(mode, int_option(values, "max_tokens", 1, MAX_TOKENS_LIMIT),
+                       int_option(values, "max_sentences", 1, 50))
 
 
-def _int_option(values: dict[str, Any], name: str, low: int, high: int) -> int | None:
+def int_option(values: dict[str, Any], name: str, low: int, high: int) -> int | None:
     raw = values.get(name)
     if raw is None:
         return None
@@ -138,6 +138,31 @@ class ApiSession:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     records: list[dict[str, Any]] = field(default_factory=list)
     emit: Callable[[dict[str, Any]], None] | None = None  # the running turn's stream
+    running: bool = False  # inside TurnRunner.run
+    last: TurnResult | None = None
+    played_report: int | None = None  # samples the client played, told mid-turn
+
+    def report_played(self, played: int) -> bool | None:
+        """The client played only ``played`` samples of its reply audio (it interrupted
+        its own playback). A running turn applies it when it ends, before its result
+        line (None); otherwise the last turn is cut now (True when that shortened it)."""
+        if self.running:
+            self.played_report = played
+            return None
+        return self.cut_heard(played)
+
+    def cut_heard(self, played: int) -> bool:
+        """The history, and the last turn's record, keep only the ``played`` samples of
+        the reply, marked as interrupted, as a barge-in keeps what was heard."""
+        last = self.last
+        if last is None or last.spoken is None or not last.committed \
+                or not last.spoken.cut_at(played) \
+                or not self.runner.conversation.amend_last_reply(last.spoken.heard_raw()):
+            return False
+        last.heard, last.interrupted = last.spoken.heard_text(), True
+        if self.records:
+            self.records[-1].update(heard=last.heard, played_samples=played)
+        return True
 
     def on_event(self, ev: Event) -> None:
         if self.emit is None:
@@ -206,15 +231,20 @@ async def run_streamed_turn(request: web.Request, session: ApiSession, turn: Tur
                 pool.begin(session.lease)
             slot = session.lease.slot
             session.runner.config = turn.options.apply(base_config, slot)
+            session.running, session.played_report = True, None
             try:
                 result = await session.runner.run(turn.audio, text=turn.text, t0=turn.t0,
                                                   mode=turn.options.mode)
             finally:
+                session.running = False
                 session.runner.config = base_config
                 if pool is not None:
                     pool.end(session.lease)
-            record = {**result.record(f"turn {result.turn}"), "id_slot": slot}
-            session.records.append(record)
+            # No await since run() returned: a played report is either in or comes after.
+            session.last = result
+            session.records.append({**result.record(f"turn {result.turn}"), "id_slot": slot})
+            if session.played_report is not None:
+                session.cut_heard(session.played_report)
             on_result(result, len(session.records))
             lines.put_nowait({"type": "result", "turn": result.turn, "mode": result.mode,
                               "transcript": result.transcript, "reply": result.reply,

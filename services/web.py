@@ -433,8 +433,30 @@ async def delete_session(request: web.Request) -> web.Response:
 
 
 async def interrupt_session(request: web.Request) -> web.Response:
+    """Barge in on the running turn. A client that plays the audio itself may say how
+    much it played (``{"played_samples": N}``) so the history keeps only that."""
     session = find_session(request)
-    return web.json_response({"interrupted": session.bargein.trigger("api")})
+    played = await _read_played(request)
+    answer: dict[str, Any] = {"interrupted": session.bargein.trigger("api")}
+    if played is not None:
+        answer["cut"] = session.report_played(played)
+        answer["played_samples"] = played
+    return web.json_response(answer)
+
+
+async def _read_played(request: web.Request) -> int | None:
+    if not request.can_read_body:
+        return None
+    if request.content_type != "application/json":
+        raise v1.ApiError(415, "unsupported_media_type",
+                          'send no body or application/json {"played_samples": N}')
+    try:
+        body = json.loads(await _read_body(request, 1024))
+    except ValueError:
+        raise v1.ApiError(400, "bad_json", "body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise v1.ApiError(400, "bad_json", "body must be a JSON object")
+    return v1.int_option(body, "played_samples", 0, 10**9)
 
 
 async def session_turn(request: web.Request) -> web.StreamResponse:

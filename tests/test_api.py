@@ -205,6 +205,66 @@ async def test_interrupt_confirms_idle_on_its_own_slot(two_slot_fake: Api) -> No
     assert lines[-1]["interrupted"] is True
 
 
+async def test_a_client_that_played_less_than_it_got_cuts_the_history_there(
+        api_app: Api) -> None:
+    # The API hands audio over as fast as Piper makes it, so the turn is often over
+    # before the client's user interrupts its own playback: the history must still
+    # keep only what was played.
+    sid = await api_app.create()
+    lines = await api_app.turn(sid)
+    assert lines[-1]["interrupted"] is False
+    per_sentence = int(0.5 * TTS_RATE)  # FakeTts(0.5)
+    resp = await api_app.client.post(f"/v1/sessions/{sid}/interrupt",
+                                     json={"played_samples": per_sentence + 5000})
+    assert resp.status == 200
+    assert await resp.json() == {"interrupted": False, "cut": True,
+                                 "played_samples": per_sentence + 5000}
+    described = await (await api_app.client.get(f"/v1/sessions/{sid}")).json()
+    heard = "Sleep at the same time every day. Keep your"  # 5000/11025 of the 2nd sentence
+    assert described["history"][-1]["content"] == heard + "…"
+    assert described["records"][-1]["heard"] == heard
+    # having played it all cuts nothing more
+    again = await api_app.client.post(f"/v1/sessions/{sid}/interrupt",
+                                      json={"played_samples": 10 * per_sentence})
+    assert (await again.json())["cut"] is False
+
+
+async def test_played_samples_told_mid_turn_cut_the_result_it_ends_with(
+        two_slot_fake: Api) -> None:
+    api = two_slot_fake
+    api.fake.reply = Reply(tokens=tokens(REPLY * 4), token_delay=0.05)
+    sid = await api.create()
+    answers = []
+
+    async def interrupt_on_audio(line: dict[str, Any]) -> None:
+        if line["type"] == "audio" and not answers:
+            resp = await api.client.post(f"/v1/sessions/{sid}/interrupt",
+                                         json={"played_samples": 0})
+            answers.append(await resp.json())
+
+    lines = await api.turn(sid, on_line=interrupt_on_audio)
+    assert answers == [{"interrupted": True, "cut": None, "played_samples": 0}]
+    assert lines[-1]["interrupted"] is True and lines[-1]["heard"] == ""
+    assert api.state.api_sessions[sid].runner.conversation.history[-1]["content"] == "…"
+
+
+@pytest.mark.parametrize("body, kind", [({"played_samples": -1}, "bad_option"),
+                                        ({"played_samples": "many"}, "bad_option"),
+                                        ([1], "bad_json")])
+async def test_a_bad_played_report_is_a_400(api_app: Api, body: Any, kind: str) -> None:
+    sid = await api_app.create()
+    resp = await api_app.client.post(f"/v1/sessions/{sid}/interrupt", json=body)
+    assert resp.status == 400
+    assert (await resp.json())["kind"] == kind
+
+
+async def test_a_played_report_that_is_not_json_is_a_415(api_app: Api) -> None:
+    sid = await api_app.create()
+    resp = await api_app.client.post(f"/v1/sessions/{sid}/interrupt", data=b"12",
+                                     headers={"Content-Type": "text/plain"})
+    assert resp.status == 415
+
+
 # --- slots and the queue ----------------------------------------------------------------
 async def test_each_session_gets_its_own_slot_and_keeps_it(slotted: Api) -> None:
     a, b = await slotted.create(), await slotted.create()

@@ -58,3 +58,29 @@ def test_sentences_are_located_in_order_even_when_repeated() -> None:
     for s in ["Yes.", "Yes.", "No."]:
         h.add_sentence(s)
     assert [(s.start, s.end) for s in h.sentences] == [(0, 4), (5, 9), (10, 13)]
+
+
+def test_a_client_that_played_less_cuts_across_the_sentences_in_order() -> None:
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    for i in range(3):
+        h.set_played(i, 1000)  # all handed over to a client that plays it itself
+    assert h.cut_at(1500) is True  # it played one and a half sentences
+    assert h.heard_text() == "Sleep at the same time. Avoid"
+    assert h.cut_at(1200) is True  # never more than before: a second, earlier report
+    assert h.heard_text() == "Sleep at the same time."
+
+
+def test_a_client_that_played_everything_cuts_nothing() -> None:
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    for i in range(3):
+        h.set_played(i, 1000)
+    assert h.cut_at(3000) is False and h.cut_at(10**6) is False
+    assert h.heard_text() == RAW
+
+
+def test_a_report_past_what_was_sent_keeps_what_was_sent() -> None:
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    h.set_played(0, 1000)
+    h.set_played(1, 400)  # a barge-in stopped the hand-over here
+    assert h.cut_at(2500) is True
+    assert h.heard_text() == "Sleep at the same time. Avoid"
