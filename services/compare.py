@@ -4,6 +4,12 @@ Fairness: both modes use the same models, prompt, sampling settings and warm ser
 (run, mode) replays all files as one fresh conversation, so the KV cache is in its natural
 state for every turn (turn 2+ reuse the previous turns' prefix); the order of the modes
 alternates between runs so neither always goes first.
+
+``--live``: the files are spoken in real time through the live path instead
+(``LiveConversation``, services/replay_live.py: segmenter, barge-in watcher, live turn-taker),
+and the two conditions are speculation on and off (the mode is streamed); the report counts
+from the end of the user's speech (``first_audio_from_speech_end_ms``) and adds what
+speculation did. Same fairness: one fresh conversation per (run, condition), alternating.
 """
 
 from __future__ import annotations
@@ -18,33 +24,62 @@ from typing import TYPE_CHECKING, Any
 from services.errors import UserError
 from services.turn_options import (
     Stopper,
+    add_live_options,
     add_turn_options,
     assistant_for,
+    check_live_options,
     saved_line,
     turn_config,
     write_json_atomic,
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    from rich.console import Console
+
     from pipeline.audio_out import AudioSink
     from pipeline.events import Event
+    from pipeline.live import SpeculationStats
     from services.assistant import Assistant
+    from services.supervisor import Supervisor
 
-# Every turn's events, by (mode, run, file).
+# Every turn's events, by (mode, run, file); with --live by (speculation, run, file).
 TurnEvents = dict[tuple[str, int, str], list["Event"]]
+# What a turn record is grouped by, and its groups: (field, values).
+MODES = ("mode", ("serial", "streamed"))
+CONDITIONS = ("speculation", ("on", "off"))
+FROM_SPEECH_END = "first_audio_from_speech_end_ms"
 
 SHOWN = ("first_audio_ms", "asr_ms", "ttft_ms", "prefill_ms", "first_sentence_ms",
          "tts_first_ms", "overhead_ms", "turn_ms", "prompt_n", "cache_n", "reply_sentences")
+# --live: first audio counted from the end of speech, and its split (docs/live.md).
+LIVE_SHOWN = (FROM_SPEECH_END, "endpoint_ms", "speech_end_ms", "speculation_confirmed_ms",
+              "asr_ms", "first_sentence_ms", "tts_first_ms", "first_audio_ms", "turn_ms")
+SPECULATION_SHOWN = ("started", "confirmed", "cancelled", "cancelled_idle_confirmed",
+                     "saved_ms_p50", "wasted_tokens")
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("inputs", nargs="+", metavar="WAV_OR_DIR",
                    help="user turns (a folder means its *.wav files, sorted)")
     p.add_argument("--runs", type=int, default=2,
-                   help="conversations per mode; modes alternate order (default %(default)s)")
+                   help="conversations per mode (per condition with --live); the order "
+                   "alternates between runs (default %(default)s)")
     p.add_argument("--out", type=Path, default=Path("out/compare"),
                    help="report folder: compare.json, compare.md, events.jsonl, waterfall.png "
                    "(default %(default)s)")
+    p.add_argument("--live", action="store_true",
+                   help="speak the files in real time into a recorded microphone and take "
+                   "the turns like talk (VAD, barge-in watcher, endpoint; docs/live.md), "
+                   "comparing speculation on vs off (streamed mode) instead of serial vs "
+                   "streamed; reports first audio from the end of speech, its split and "
+                   "what speculation did. --pause-ms and --end-silence-ms apply")
+    add_live_options(p)
+    for action in p._actions:  # --live runs both conditions: rejected, so not offered
+        if "--no-speculate" in action.option_strings:
+            action.help = argparse.SUPPRESS
+    p.description = (f"{p.description or ''} With --live: speculation on vs off, the turns "
+                     "spoken in real time through the live path.").strip()
     add_turn_options(p)
 
 
@@ -66,17 +101,33 @@ def collect_wavs(inputs: list[str]) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise UserError("--runs must be at least 1")
+    check_options(args)
     wavs = collect_wavs(args.inputs)
     return asyncio.run(_compare(args, wavs))
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """The live options only mean something with --live, and --live runs both conditions."""
+    if not args.speculate:
+        raise UserError("--no-speculate: compare --live runs speculation on and off in the "
+                        "same run (--no-speculate is for talk and replay --live)")
+    if args.live:
+        check_live_options(args)
+        return
+    defaults = argparse.ArgumentParser()
+    add_live_options(defaults)
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(defaults.parse_args([])).items()
+             if getattr(args, k) != v]
+    if given:
+        raise UserError(f"{', '.join(given)} only with --live (the whole-file compare hands "
+                        "each file over at once)")
+
+
 async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
     from rich.console import Console
-    from rich.progress import Progress
 
     from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.audio_out import RealtimeNullSink
-    from pipeline.conversation import Conversation
 
     console = Console(stderr=True)
     audio = {}
@@ -91,35 +142,20 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
 
     stopper = Stopper().install()
     supervisor = Supervisor(args.llm_url)
-    turns: list[dict[str, Any]] = []
-    events: TurnEvents = {}
+    measured = Measured(args.out, live_settings(args) if args.live else None)
     try:
         assistant = await assistant_for(args)
         sink = RealtimeNullSink()
         try:
             await sink.open(assistant.tts.sample_rate)
-            await _warm_up(assistant, sink, stopper)
-            with Progress(console=console, transient=True) as progress:
-                bar = progress.add_task("comparing", total=args.runs * 2 * len(audio))
-                for run_no in range(1, args.runs + 1):
-                    modes = ("serial", "streamed") if run_no % 2 else ("streamed", "serial")
-                    for mode in modes:
-                        runner = stopper.runner = assistant.runner(
-                            sink, Conversation(), config=turn_config(args, mode))
-                        for wav, samples in audio.items():
-                            if stopper.stopped:
-                                break
-                            progress.update(bar,
-                                            description=f"run {run_no} {mode:8} {wav.name}")
-                            result = await runner.run(samples)
-                            if result.error is not None and (
-                                    line := await supervisor.check_async()):
-                                console.print(f"voice-llm compare: {line}", markup=False)
-                            turns.append(result.record(str(wav), run_no))
-                            events[(mode, run_no, str(wav))] = result.events
-                            # After every turn: a kill or a crash keeps what was measured.
-                            save_partial(args.out, turns, events, (mode, run_no, str(wav)))
-                            progress.advance(bar)
+            if args.live:  # Whisper warm too: the first condition must not pay for it
+                await _warm_up(assistant, sink, stopper, next(iter(audio.values())))
+                await _measure_live(args, assistant, sink, audio, stopper, supervisor,
+                                    measured, console)
+            else:
+                await _warm_up(assistant, sink, stopper)
+                await _measure_modes(args, assistant, sink, audio, stopper, supervisor,
+                                     measured, console)
         finally:
             await sink.close()
             await assistant.close()
@@ -127,43 +163,167 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
         stopper.absorb()  # our signal: write the report of what was measured
     finally:
         stopper.remove()
+    turns = measured.turns
     if stopper.signal is not None:
         if turns:
-            write_report(args.out, build_report(turns), events)
+            write_report(args.out, measured.report(), measured.events)
         print(saved_line("compare", stopper.signal, len(turns),
                          [("the report of those to", args.out if turns else None)]),
               file=sys.stderr)
         return stopper.exit_code
-    report = build_report(turns)
-    write_report(args.out, report, events)
+    report = measured.report()
+    write_report(args.out, report, measured.events)
     print_table(report)
     print(f"\nreport: {args.out / 'compare.md'}  (json: {args.out / 'compare.json'}, "
           f"waterfall: {args.out / 'waterfall.png'})")
     errors = [t for t in turns if t["error"]]
     for t in errors:
-        print(f"voice-llm compare: {t['file']} ({t['mode']}): {t['error']}", file=sys.stderr)
+        print(f"voice-llm compare: {t['file']} ({_group_of(t)}): {t['error']}",
+              file=sys.stderr)
     return 1 if errors else 0
 
 
-def save_partial(out: Path, turns: list[dict[str, Any]], events: TurnEvents,
+class Measured:
+    """The turns measured so far, their events and (--live) each conversation's
+    speculation counts; saved after every turn, so a kill or a crash keeps them."""
+
+    def __init__(self, out: Path, live: dict[str, Any] | None = None) -> None:
+        self.out, self.live = out, live
+        self.turns: list[dict[str, Any]] = []
+        self.events: TurnEvents = {}
+        self.speculation: dict[tuple[str, int], SpeculationStats] = {}
+
+    def report(self) -> dict[str, Any]:
+        if self.live is None:
+            return build_report(self.turns)
+        return build_live_report(self.turns, self.speculation, self.live)
+
+    def add(self, record: dict[str, Any], key: tuple[str, int, str],
+            events: list[Event]) -> None:
+        self.turns.append(record)
+        self.events[key] = events
+        save_partial(self.out, self.report(), self.events, key)
+
+
+async def _measure_modes(args: argparse.Namespace, assistant: Assistant, sink: AudioSink,
+                         audio: dict[Path, np.ndarray], stopper: Stopper,
+                         supervisor: Supervisor, measured: Measured,
+                         console: Console) -> None:
+    """Serial vs streamed: each file handed over whole (its end is t = 0)."""
+    from rich.progress import Progress
+
+    from pipeline.conversation import Conversation
+
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("comparing", total=args.runs * 2 * len(audio))
+        for run_no in range(1, args.runs + 1):
+            modes = ("serial", "streamed") if run_no % 2 else ("streamed", "serial")
+            for mode in modes:
+                runner = stopper.runner = assistant.runner(
+                    sink, Conversation(), config=turn_config(args, mode))
+                for wav, samples in audio.items():
+                    if stopper.stopped:
+                        break
+                    progress.update(bar, description=f"run {run_no} {mode:8} {wav.name}")
+                    result = await runner.run(samples)
+                    if result.error is not None and (line := await supervisor.check_async()):
+                        console.print(f"voice-llm compare: {line}", markup=False)
+                    measured.add(result.record(str(wav), run_no), (mode, run_no, str(wav)),
+                                 result.events)
+                    progress.advance(bar)
+
+
+def live_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """compare.json's ``live``: how the turns were taken."""
+    return {"pause_ms": args.pause_ms, "end_silence_ms": args.end_silence_ms}
+
+
+async def _measure_live(args: argparse.Namespace, assistant: Assistant, sink: AudioSink,
+                        audio: dict[Path, np.ndarray], stopper: Stopper,
+                        supervisor: Supervisor, measured: Measured,
+                        console: Console) -> None:
+    """Speculation on vs off: each file spoken in real time through the live path."""
+    from pipeline.conversation import Conversation
+    from services.replay_live import LiveConversation, LiveOptions
+
+    total, done = args.runs * 2 * len(audio), 0
+    for run_no in range(1, args.runs + 1):
+        conditions = ("on", "off") if run_no % 2 else ("off", "on")
+        for cond in conditions:
+            if stopper.stopped:
+                return
+            runner = stopper.runner = assistant.runner(
+                sink, Conversation(), config=turn_config(args, "streamed"))
+            options = LiveOptions.from_args(args, speculate=cond == "on")
+            async with LiveConversation(runner, options) as live:
+                measured.speculation[(cond, run_no)] = live.stats
+                for wav, samples in audio.items():
+                    if stopper.stopped:
+                        break
+                    turn = await live.say(samples)
+                    done += 1
+                    key = (cond, run_no, str(wav))
+                    if turn is None:
+                        record = {"mode": "streamed", "file": str(wav), "run": run_no,
+                                  "speculation": cond, "transcript": None, "reply": None,
+                                  "heard": None, "error": "no utterance heard"}
+                        measured.add(record, key, [])
+                    else:
+                        result = turn.result
+                        if result.error is not None and (
+                                line := await supervisor.check_async()):
+                            console.print(f"voice-llm compare: {line}", markup=False)
+                        measured.add({**result.record(str(wav), run_no), "speculation": cond,
+                                      "speculative": turn.speculative,
+                                      "endpoint_ms": round(turn.endpoint_ms, 1)},
+                                     key, result.events)
+                    console.print(f"[{done}/{total}] {live_line(measured.turns[-1])}",
+                                  markup=False, highlight=False, soft_wrap=True)
+
+
+def live_line(t: dict[str, Any]) -> str:
+    """One --live turn on stderr, as it finishes."""
+    head = f"run {t['run']} speculation {t['speculation']:3} {Path(t['file']).name}"
+    if t["error"]:
+        return f"{head}: {t['error']}"
+    how = "speculative" if t.get("speculative") else "at the endpoint"
+    return (f"{head}: first audio {t.get(FROM_SPEECH_END)} ms from speech end "
+            f"(endpoint {t.get('endpoint_ms')} ms, asr {t.get('asr_ms')}, first sentence "
+            f"{t.get('first_sentence_ms')}, tts {t.get('tts_first_ms')}; {how})")
+
+
+def save_partial(out: Path, report: dict[str, Any], events: TurnEvents,
                  key: tuple[str, int, str]) -> None:
     """compare.json rewritten atomically, the turn's events appended to events.jsonl."""
     out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out / "compare.json", build_report(turns))
-    with (out / "events.jsonl").open("w" if len(turns) == 1 else "a") as f:
-        f.write(_event_lines(key, events[key]))
+    write_json_atomic(out / "compare.json", report)
+    with (out / "events.jsonl").open("w" if len(report["turns"]) == 1 else "a") as f:
+        f.write(_event_lines(key, events[key], _grouping(report)[0]))
 
 
-def _event_lines(key: tuple[str, int, str], evs: list[Event]) -> str:
-    mode, run_no, file = key
-    return "".join(json.dumps({**ev.to_dict(), "mode": mode, "run": run_no, "file": file},
+def _event_lines(key: tuple[str, int, str], evs: list[Event], field: str = "mode") -> str:
+    group, run_no, file = key
+    return "".join(json.dumps({**ev.to_dict(), field: group, "run": run_no, "file": file},
                               ensure_ascii=False) + "\n" for ev in evs)
 
 
-async def _warm_up(assistant: Assistant, sink: AudioSink, stopper: Stopper) -> None:
-    """One unmeasured text turn, so no mode pays for a cold server or cold threads."""
+def _grouping(report: dict[str, Any]) -> tuple[str, tuple[str, str]]:
+    return CONDITIONS if report.get("live") else MODES
+
+
+def _group_of(turn: dict[str, Any]) -> str:
+    return f"speculation {turn['speculation']}" if "speculation" in turn else str(turn["mode"])
+
+
+async def _warm_up(assistant: Assistant, sink: AudioSink, stopper: Stopper,
+                   audio: np.ndarray | None = None) -> None:
+    """One unmeasured turn (text, or ``audio`` to warm Whisper too), so no mode or
+    condition pays for a cold server or cold threads."""
     stopper.runner = assistant.runner(sink)
-    await stopper.runner.run(text="Hello!")
+    if audio is None:
+        await stopper.runner.run(text="Hello!")
+    else:
+        await stopper.runner.run(audio)
 
 
 def build_report(turns: list[dict[str, Any]]) -> dict[str, Any]:
@@ -183,19 +343,48 @@ def build_report(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return {"turns": turns, "summary": summary}
 
 
+def build_live_report(turns: list[dict[str, Any]],
+                      speculation: dict[tuple[str, int], SpeculationStats],
+                      live: dict[str, Any]) -> dict[str, Any]:
+    """--live: p50/p95/mean per condition, the on/off ratio of first audio from the end of
+    speech, and speculation's counts per condition over all its conversations."""
+    from pipeline.live import SpeculationStats
+    from pipeline.metrics import summarize
+
+    ok = [t for t in turns if not t["error"]]
+    summary: dict[str, Any] = {c: summarize(t for t in ok if t["speculation"] == c)
+                               for c in CONDITIONS[1]}
+    fa = {c: summary[c].get(FROM_SPEECH_END, {}).get("p50") for c in CONDITIONS[1]}
+    summary["first_audio_from_speech_end_ratio"] = (round(fa["on"] / fa["off"], 3)
+                                                    if fa["on"] and fa["off"] else None)
+    counts: dict[str, Any] = {}
+    for c in CONDITIONS[1]:
+        runs = [s for (cond, _), s in sorted(speculation.items()) if cond == c]
+        counts[c] = SpeculationStats(
+            started=sum(s.started for s in runs), confirmed=sum(s.confirmed for s in runs),
+            cancelled=sum(s.cancelled for s in runs),
+            cancelled_idle_confirmed=sum(s.cancelled_idle_confirmed for s in runs),
+            saved_ms=[ms for s in runs for ms in s.saved_ms],
+            wasted_tokens=sum(s.wasted_tokens for s in runs)).to_dict()
+    summary["speculation"] = counts
+    return {"live": live, "turns": turns, "summary": summary}
+
+
 def _turn_index(turn: dict[str, Any], turns: list[dict[str, Any]]) -> int:
     same = [t["file"] for t in turns if t["mode"] == turn["mode"] and t["run"] == turn["run"]]
     return same.index(turn["file"]) if turn["file"] in same else 0
 
 
-def representative(turns: list[dict[str, Any]], mode: str) -> dict[str, Any] | None:
-    """The turn of ``mode`` whose first audio is closest to the mode's median."""
-    mine = [t for t in turns if t["mode"] == mode and t.get("first_audio_ms") is not None]
+def representative(turns: list[dict[str, Any]], mode: str, field: str = "mode",
+                   metric: str = "first_audio_ms") -> dict[str, Any] | None:
+    """The turn of ``mode`` (a value of ``field``) whose ``metric`` is closest to its
+    median."""
+    mine = [t for t in turns if t.get(field) == mode and t.get(metric) is not None]
     if not mine:
         return None
-    values = sorted(t["first_audio_ms"] for t in mine)
+    values = sorted(t[metric] for t in mine)
     median = values[len(values) // 2]
-    return min(mine, key=lambda t: abs(t["first_audio_ms"] - median))
+    return min(mine, key=lambda t: abs(t[metric] - median))
 
 
 def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
@@ -203,23 +392,28 @@ def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "compare.json", report)
+    field, groups = _grouping(report)
     with (out / "events.jsonl").open("w") as f:  # every turn's timeline, for machines
         for key, evs in events.items():
-            f.write(_event_lines(key, evs))
+            f.write(_event_lines(key, evs, field))
     rows = []
-    # The streamed turn nearest its median, and the serial turn on the same file and run,
-    # so the two rows differ only in the mode.
-    pick = representative(report["turns"], "streamed")
-    for mode in ("serial", "streamed") if pick else ():
+    # The streamed (speculating) turn nearest its median, and the other group's turn on
+    # the same file and run, so the two rows differ only in the mode (speculation).
+    metric = FROM_SPEECH_END if report.get("live") else "first_audio_ms"
+    pick = representative(report["turns"], groups[0 if report.get("live") else 1], field,
+                          metric)
+    for group in groups if pick else ():
         assert pick is not None
-        t = next((x for x in report["turns"] if x["mode"] == mode and
+        t = next((x for x in report["turns"] if x.get(field) == group and
                   (x["file"], x["run"]) == (pick["file"], pick["run"])), None)
-        if t is not None and (mode, t["run"], t["file"]) in events:
-            rows.append((f"{mode}: {Path(t['file']).name} (run {t['run']})",
-                         events[(mode, t["run"], t["file"])], t["first_audio_ms"]))
+        if t is not None and events.get((group, t["run"], t["file"])):
+            label = f"speculation {group}" if report.get("live") else group
+            rows.append((f"{label}: {Path(t['file']).name} (run {t['run']})",
+                         events[(group, t["run"], t["file"])], t["first_audio_ms"]))
     if rows:
         waterfall.draw(rows, out / "waterfall.png")
-    (out / "compare.md").write_text(markdown(report))
+    (out / "compare.md").write_text(live_markdown(report) if report.get("live")
+                                    else markdown(report))
 
 
 def _cell(summary: dict[str, Any], mode: str, key: str, q: str) -> str:
@@ -250,10 +444,44 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def live_markdown(report: dict[str, Any]) -> str:
+    s, live = report["summary"], report["live"]
+    lines = ["# Live turn-taking: speculation on vs off", "",
+             f"{len(report['turns'])} turns spoken in real time through the live path "
+             f"(pause {live['pause_ms']} ms, end silence {live['end_silence_ms']} ms; "
+             "docs/live.md). on/off first_audio_from_speech_end_ms p50 = "
+             f"**{s['first_audio_from_speech_end_ratio']}**.", "",
+             "| metric | on p50 | on p95 | off p50 | off p95 |", "|---|---:|---:|---:|---:|"]
+    for key in LIVE_SHOWN:
+        lines.append(f"| {key} | " + " | ".join(_cell(s, c, key, q) for c in CONDITIONS[1]
+                                               for q in ("p50", "p95")) + " |")
+    lines += ["", "| speculation | on | off |", "|---|---:|---:|"]
+    for key in SPECULATION_SHOWN:
+        lines.append(f"| {key} | " + " | ".join(
+            _count(s["speculation"][c].get(key)) for c in CONDITIONS[1]) + " |")
+    lines += ["", "![waterfall](waterfall.png)", "", "## Turns", "",
+              "| run | speculation | file | from speech end ms | endpoint ms | first audio ms "
+              "| started | reply |", "|---|---|---|---:|---:|---:|---|---|"]
+    for t in report["turns"]:
+        reply = (t["error"] or t["reply"] or "").replace("\n", " ").replace("|", "/")[:80]
+        started = "-" if t["error"] else "at the pause" if t.get("speculative") else "at the end"
+        lines.append(f"| {t['run']} | {t['speculation']} | {Path(t['file']).name} | "
+                     f"{t.get(FROM_SPEECH_END)} | {t.get('endpoint_ms')} | "
+                     f"{t.get('first_audio_ms')} | {started} | {reply} |")
+    return "\n".join(lines) + "\n"
+
+
+def _count(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
 def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    if report.get("live"):
+        print_live_table(report)
+        return
     s = report["summary"]
     table = Table(title="serial vs streamed (ms, tokens)")
     table.add_column("metric")
@@ -266,3 +494,24 @@ def print_table(report: dict[str, Any]) -> None:
     console.print(table)
     console.print(f"streamed/serial first_audio p50 ratio: [bold]{s['first_audio_ratio']}[/] "
                   f"· KV reuse turns 2+: [bold]{s['cache_reuse_turn2plus']}[/]")
+
+
+def print_live_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    s = report["summary"]
+    table = Table(title="live turns: speculation on vs off (ms)")
+    table.add_column("metric")
+    for col in ("on p50", "on p95", "off p50", "off p95"):
+        table.add_column(col, justify="right")
+    for key in LIVE_SHOWN:
+        table.add_row(key, *(_cell(s, c, key, q) for c in CONDITIONS[1]
+                             for q in ("p50", "p95")))
+    console = Console()
+    console.print(table)
+    spec = s["speculation"]
+    console.print("speculation on: " + ", ".join(f"{k} {_count(spec['on'].get(k))}"
+                                                 for k in SPECULATION_SHOWN))
+    console.print("on/off first_audio_from_speech_end p50 ratio: "
+                  f"[bold]{s['first_audio_from_speech_end_ratio']}[/]")

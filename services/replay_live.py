@@ -6,7 +6,8 @@ pieces as ``talk`` take the turns: the Silero segmenter, the barge-in watcher an
 ``LiveTurnTaker`` (speculative start at the first pause, endpoint from the transcript;
 ``--no-speculate`` for the fixed end silence). So live turn-taking is measured repeatably,
 on the pipeline's clocks (``first_audio_from_speech_end_ms``); ``scripts/bench_live.py``
-measures the same through a real audio device path, on the audio.
+measures the same through a real audio device path, on the audio. ``LiveConversation`` is
+that machinery, shared with ``compare --live`` (speculation on vs off, services/compare.py).
 """
 
 from __future__ import annotations
@@ -14,77 +15,133 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from services import turn_options
 from services.errors import UserError
 
 if TYPE_CHECKING:
-    from pipeline.live import LiveTurn
+    import numpy as np
+
+    from pipeline.live import LiveTurn, SpeculationStats
+    from pipeline.mic import UtteranceEnd
     from pipeline.turn import TurnRunner
 
 # A WAV that yields no turn (silence, a cough) is given up after its audio plus this.
 NO_TURN_S = 3.0
 # How long a turn (speculation, model, speech) may take before the replay gives up on it.
 TURN_LIMIT_S = 180.0
+# The user takes a breath before the next question.
+BREATH_S = 0.5
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """How the turns are taken (the live options, docs/live.md)."""
+
+    speculate: bool = True  # start at the first pause; False: a fixed end silence
+    pause_ms: int = 200
+    end_silence_ms: int = 600
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, speculate: bool | None = None) -> LiveOptions:
+        return cls(speculate=args.speculate if speculate is None else speculate,
+                   pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms)
+
+
+class LiveConversation:
+    """One conversation taken live from recorded turns: the one implementation behind
+    ``replay --live`` and ``compare --live``.
+
+    ``async with LiveConversation(runner, options) as live`` starts the microphone reader
+    (Silero segmenter, barge-in watcher, ``LiveTurnTaker``); each ``await live.say(audio)``
+    speaks one utterance into the ``RecordedMic`` in real time, after a breath if a turn
+    came before, and returns the turn it started once that is over (None: nothing was
+    heard as an utterance). Leaving closes a running turn as barge-in does and stops the
+    reader. ``stats`` counts what speculation did in this conversation."""
+
+    def __init__(self, runner: TurnRunner, options: LiveOptions) -> None:
+        from pipeline.bargein import BargeIn
+        from pipeline.live import LiveTurnTaker
+        from pipeline.mic import SegmenterConfig, SileroStream, UtteranceSegmenter
+        from pipeline.recorded_mic import RecordedMic
+        from pipeline.tasks import TaskSet
+
+        self.runner = runner
+        self._bargein = BargeIn(runner)
+        runner.listeners.append(self._bargein.on_event)
+        self._segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
+            end_silence_ms=options.end_silence_ms,
+            pause_ms=options.pause_ms if options.speculate else None))
+        self._finished: asyncio.Queue[LiveTurn] = asyncio.Queue()
+        self.taker = LiveTurnTaker(runner, self._segmenter, on_turn=self._finished.put_nowait,
+                                   speculate=options.speculate)
+        self._mic = RecordedMic()
+        self._tasks = TaskSet("live-conversation")
+        self._turns = 0
+
+    @property
+    def stats(self) -> SpeculationStats:
+        return self.taker.stats
+
+    async def __aenter__(self) -> LiveConversation:
+        from pipeline.bargein import SustainedSpeech
+
+        def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
+            if not during_playback:
+                self.taker.on_utterance(u)
+
+        self._tasks.spawn("mic", self._bargein.watch(
+            self._mic, self._segmenter, on_utterance, detector=SustainedSpeech(300.0),
+            on_segment=self.taker.on_segment))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.taker.close()
+        finally:
+            await self._tasks.cancel_all()
+
+    async def say(self, audio: np.ndarray) -> LiveTurn | None:
+        if self._turns:
+            await asyncio.sleep(BREATH_S)
+        await self._mic.say(audio).wait()
+        turn = await _next_turn(self._finished, self.runner)
+        self._turns += turn is not None
+        return turn
 
 
 async def replay_live(args: argparse.Namespace) -> int:
-    from pipeline.bargein import BargeIn, SustainedSpeech
-    from pipeline.live import LiveTurnTaker
-    from pipeline.mic import SegmenterConfig, SileroStream, UtteranceEnd, UtteranceSegmenter
-    from pipeline.recorded_mic import RecordedMic
-    from pipeline.tasks import TaskSet
     from services.replay import _report, _save, _supervise, load_turn, make_sink
     from services.supervisor import Supervisor
 
     write_event = turn_options.EventWriter(args.events)
     assistant = await turn_options.assistant_for(args, args.mode)
     sink = make_sink(args.play, args.out_wav)
-    tasks = TaskSet("replay-live")
     turns: list[dict[str, Any]] = []
     failures = 0
     supervisor = Supervisor(args.llm_url)
     try:
         await sink.open(assistant.tts.sample_rate)
         runner = assistant.runner(sink, listeners=[write_event])
-        bargein = BargeIn(runner)
-        runner.listeners.append(bargein.on_event)
-        segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
-            end_silence_ms=args.end_silence_ms,
-            pause_ms=args.pause_ms if args.speculate else None))
-        finished: asyncio.Queue[LiveTurn] = asyncio.Queue()
-        live = LiveTurnTaker(runner, segmenter, on_turn=finished.put_nowait,
-                             speculate=args.speculate)
-
-        def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
-            if not during_playback:
-                live.on_utterance(u)
-
-        mic = RecordedMic()
-        tasks.spawn("mic", bargein.watch(mic, segmenter, on_utterance,
-                                         detector=SustainedSpeech(300.0),
-                                         on_segment=live.on_segment))
-        for wav in args.wavs:
-            audio = await load_turn(wav)
-            if audio is None:
-                failures += 1
-                continue
-            await mic.say(audio).wait()
-            turn = await _next_turn(finished, runner)
-            if turn is None:
-                print(f"voice-llm replay: {wav}: no utterance heard (turn skipped)",
-                      file=sys.stderr)
-                failures += 1
-                continue
-            failures += _report(turn.result, str(wav), turns)
-            await _supervise(turn.result, supervisor)  # a dead server: named, restarted
-            _save(args.json, turns, runner, supervisor)
-            await asyncio.sleep(0.5)  # the user takes a breath before the next question
-        print(f"\nspeculation: {live.stats.to_dict()}")
-        await live.close()
+        async with LiveConversation(runner, LiveOptions.from_args(args)) as live:
+            for wav in args.wavs:
+                audio = await load_turn(wav)
+                if audio is None:
+                    failures += 1
+                    continue
+                turn = await live.say(audio)
+                if turn is None:
+                    print(f"voice-llm replay: {wav}: no utterance heard (turn skipped)",
+                          file=sys.stderr)
+                    failures += 1
+                    continue
+                failures += _report(turn.result, str(wav), turns)
+                await _supervise(turn.result, supervisor)  # a dead server: named, restarted
+                _save(args.json, turns, runner, supervisor)
+            print(f"\nspeculation: {live.stats.to_dict()}")
     finally:
-        await tasks.cancel_all()
         await sink.close()
         await assistant.close()
         write_event.close()
