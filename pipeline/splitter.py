@@ -480,11 +480,17 @@ _CLAUSE_MARKS = frozenset(",;:—–")
 _CJK_CLAUSE_MARKS = frozenset("，；：、")
 # Words an English phrase starts with: a first sentence with no clause mark is cut just
 # before one of them ("The best way to stay safe on a hike | is to tell someone ...").
-_PHRASE_STARTS = frozenset("""
+# Words a speaker may pause before: conjunctions, relatives, "to", the verbs "is/was...".
+CLAUSE_STARTS = frozenset("""
 and or but so because since while when where which who that if unless until though although
 to with for from about into through after before during without is are was were will would
 can could should
 """.split())
+# Prepositions that open a phrase: "Airplanes stay | in the air", "invented | by Karl Benz".
+# ("of" is left out: "One | of the best ways" splits a noun phrase.)
+PREPOSITION_STARTS = frozenset("in on at by like as than over under between around across "
+                               "along within".split())
+PHRASE_STARTS = CLAUSE_STARTS | PREPOSITION_STARTS
 _MIN_PHRASE_HEAD = 12  # characters: never cut a head shorter than "The best way"
 
 
@@ -493,13 +499,15 @@ class SpeechChunker:
 
     def __init__(self, splitter: SentenceSplitter | None = None, *,
                  max_sentences: int | None = None, first_max_chars: int | None = None,
-                 first_phrase_chars: int | None = None) -> None:
+                 first_phrase_chars: int | None = None,
+                 phrase_starts: frozenset[str] = PHRASE_STARTS) -> None:
         self.splitter = splitter if splitter is not None else SentenceSplitter()
         self.max_sentences = max_sentences
         self.first_max_chars = first_max_chars
         # A first sentence with no clause mark is cut at a word boundary: before the first
         # phrase-starting word that begins at or after this many characters (None: never).
         self.first_phrase_chars = first_phrase_chars
+        self.phrase_starts = phrase_starts
         self.sentences = 0  # full sentences released
         self._first_open = first_max_chars is not None  # still watching the first sentence
         self._fed_len = 0  # characters fed while watching the first sentence
@@ -551,7 +559,7 @@ class SpeechChunker:
                     self._word_at = self._fed_len
                 self._word += c
             elif self._word:
-                if c.isspace() and self._word.lower() in _PHRASE_STARTS:
+                if c.isspace() and self._word.lower() in self.phrase_starts:
                     self._phrases.append(self._word_at)
                 self._word = ""
             self._prev2, self._prev = self._prev, c

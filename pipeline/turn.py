@@ -46,7 +46,7 @@ from pipeline.llm_client import (
 )
 from pipeline.metrics import TurnMetrics, turn_metrics
 from pipeline.outlet import Outlet
-from pipeline.splitter import SentenceSplitter, SpeechChunker
+from pipeline.splitter import PHRASE_STARTS, SentenceSplitter, SpeechChunker
 from pipeline.tasks import TaskSet
 from pipeline.tts import speakable
 
@@ -118,11 +118,12 @@ class TurnConfig:
     max_sentences: int | None = 4  # then the stream is closed: the server stops generating
     # Soft cut: a first sentence past N chars is released at its latest clause mark, so
     # Piper starts on "To make a good cup of tea," (measured: first audio p50 1048 -> 910 ms).
-    first_max_chars: int | None = 30
+    first_max_chars: int | None = 20
     # Word-boundary cut when the first sentence has no clause mark: released before the first
-    # "and/to/with/is..." at or past N chars (None: off). Measured with
-    # scripts/bench_first_cut.py: first audio p50 515 -> 315 ms (docs/live.md).
-    first_phrase_chars: int | None = 25
+    # phrase-starting word ("and/to/is/in/by...", ``first_phrase_words``) at or past N chars
+    # (None: off). Measured with scripts/bench_first_cut.py (docs/live.md).
+    first_phrase_chars: int | None = 15
+    first_phrase_words: frozenset[str] = PHRASE_STARTS
     temperature: float = 0.3
     seed: int | None = 1234
     # How long a hang-up's slot may take to show idle before it is reported unconfirmed.
@@ -422,7 +423,8 @@ class _Turn:
         chunker = SpeechChunker(SentenceSplitter(language=self.cfg.language),
                                 max_sentences=self.cfg.max_sentences,
                                 first_max_chars=self.cfg.first_max_chars,
-                                first_phrase_chars=self.cfg.first_phrase_chars)
+                                first_phrase_chars=self.cfg.first_phrase_chars,
+                                phrase_starts=self.cfg.first_phrase_words)
         try:
             async with stream:
                 async for ev in stream:

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""The first sentence's word-boundary cut, on vs off, on the same questions in one run.
+"""The first sentence's word-boundary cut: off, the previous default and the new one, on the
+same questions in one run.
 
 When the endpoint is short, what the user waits for is the first sentence: decoded to its
-end, then synthesized whole by Piper. A first sentence with a clause mark is already
-released at it (``--first-max-chars``); one without ("The best way to make sure you have a
-fun weekend is to plan ahead.") is not. ``--first-phrase-chars N`` cuts it before the first
-phrase-starting word at or past N characters. This runs every question with the cut off and
-with each N, alternating the order per question (ABBA), each in a fresh conversation, against
-the real llama-server with the real Piper voice played in real time (null sink), and reports
-first_audio_ms p50/p95, the LLM and TTS parts of it, how often the cut fired and the head's
+end, then synthesized whole by Piper. A first sentence with a clause mark is released at it
+once it passes ``--first-max-chars``; one without ("The best way to make sure you have a
+fun weekend is to plan ahead.") is cut before the first phrase-starting word at or past
+``--first-phrase-chars``. Three conditions: no cut; the previous default (30 / 25
+characters, conjunctions and "to/is/with..." only); the current default (20 / 15, with
+prepositions too: "Airplanes stay | in the air"). Every question runs in each condition,
+the order alternating per question and round, each in a fresh conversation, against the
+real llama-server with the real Piper voice played in real time (null sink). Reports
+first_audio_ms p50/p95 with the ratio to no cut, the LLM and TTS parts, and the head's
 length.
 
     flock /tmp/cpu.lock scripts/bench_first_cut.py [--llm-url URL] [--rounds 2]
-        [--phrase-chars 30 45] [--out out/first_cut]
+        [--out out/first_cut]
 """
 
 from __future__ import annotations
@@ -47,17 +50,25 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pipeline.audio_out import RealtimeNullSink
     from pipeline.conversation import Conversation
     from pipeline.events import EventName
+    from pipeline.splitter import CLAUSE_STARTS, PHRASE_STARTS
     from services.assistant import load_assistant
 
     assistant = await load_assistant(args.llm_url)
     sink = RealtimeNullSink()
     await sink.open(assistant.tts.sample_rate)
-    labels = ["off", *(f"{n} chars" for n in args.phrase_chars)]
     # One sentence is enough: only the time to the first audio is compared, and the rest of
     # a 4-sentence reply would be seconds of real-time playback per turn.
     base = replace(assistant.config, max_sentences=1)
-    configs = {"off": replace(base, first_phrase_chars=None)}
-    configs |= {f"{n} chars": replace(base, first_phrase_chars=n) for n in args.phrase_chars}
+    configs = {
+        "off": replace(base, first_max_chars=None, first_phrase_chars=None),
+        "30/25, conjunctions (previous)": replace(base, first_max_chars=30,
+                                                  first_phrase_chars=25,
+                                                  first_phrase_words=CLAUSE_STARTS),
+        "20/15, + prepositions (default)": replace(base, first_max_chars=20,
+                                                   first_phrase_chars=15,
+                                                   first_phrase_words=PHRASE_STARTS),
+    }
+    labels = list(configs)
     runner = assistant.runner(sink, Conversation(), config=configs["off"])
     await runner.run(text="Hello there.")  # warm-up: the system prompt's KV is cached
     rows: list[dict[str, Any]] = []
@@ -103,7 +114,6 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--llm-url", default=os.environ.get("VOICE_LLM_URL", "http://127.0.0.1:8080"))
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--phrase-chars", type=int, nargs="+", default=[30, 45], metavar="N")
     p.add_argument("--out", type=Path, default=ROOT / "out/first_cut")
     args = p.parse_args()
     report = asyncio.run(bench(args))

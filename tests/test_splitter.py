@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.splitter import SentenceSplitter, SpeechChunker
+from pipeline.splitter import CLAUSE_STARTS, SentenceSplitter, SpeechChunker
 from tests.splitter_corpus import CHUNKINGS, CORPUS, Case
 from tests.splitter_hard import HARD
 from tests.splitter_heldout import HELDOUT
@@ -412,12 +412,21 @@ def test_phrase_cut_prefers_a_clause_mark_and_needs_a_long_enough_head() -> None
     c = SpeechChunker(first_max_chars=20, first_phrase_chars=2)
     assert run_chunker(c, ["Sure and ", "this one has a comma, right here", " at last."]) == \
         ["Sure and this one has a comma,", "right here at last."]
-    c = SpeechChunker(first_max_chars=20, first_phrase_chars=2)
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=2, phrase_starts=CLAUSE_STARTS)
     assert run_chunker(c, ["Sure and this one has no mark at all but ends."]) == \
         ["Sure and this one has no mark at all", "but ends."]  # "Sure" is too short
     off = SpeechChunker(first_max_chars=20)  # no phrase cut: waits for the sentence end
     assert run_chunker(off, ["The best way to make sure you have fun is to plan."]) == \
         ["The best way to make sure you have fun is to plan."]
+
+
+def test_phrase_cut_before_a_preposition_by_default() -> None:
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=15)
+    text = "Airplanes stay in the air by using wings that push air down."
+    assert run_chunker(c, CHUNKINGS["llm_tokens"](text))[0] == "Airplanes stay"
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=15, phrase_starts=CLAUSE_STARTS)
+    assert run_chunker(c, CHUNKINGS["llm_tokens"](text))[0] == \
+        "Airplanes stay in the air by using wings"  # conjunctions only: on to "that"
 
 
 @settings(max_examples=200, deadline=None)
