@@ -189,6 +189,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
         live.on_segment(ev)
 
     try:
+        await runner.prime()  # the system prompt in the slot before the first question
         await sink.open(assistant.tts.sample_rate)
         async with MicSource(device_arg(args.input_device)) as mic:
             watcher = tasks.spawn("bargein", bargein.watch(

@@ -128,6 +128,28 @@ async def test_history_keeps_raw_reply_and_next_prompt_extends_it(slow_fake) -> 
     assert fake.requests[0].body["messages"] == sent[:1] + sent[-1:]  # prefix-stable
 
 
+async def test_prime_sends_what_the_first_prompt_starts_with_and_keeps_no_history(
+        slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, id_slot=0)
+    assert await runner.prime() is True
+    primed = fake.requests[-1].body
+    assert primed["max_tokens"] == 1 and primed["cache_prompt"] is True
+    assert primed["id_slot"] == 0
+    assert runner.conversation.history == [] and runner.turns == 0
+    await runner.run(AUDIO)
+    first = fake.requests[-1].body["messages"]
+    assert primed["messages"][:-1] == first[:-1]  # the system prompt, as the turn sends it
+
+
+async def test_prime_against_no_server_is_false_not_an_error() -> None:
+    async with LlmClient("http://127.0.0.1:9", connect_timeout=1) as client:
+        sink = RealtimeNullSink()
+        await sink.open(RATE)
+        runner = TurnRunner(FakeAsr(), client, FakeTts(), sink, Conversation(), TurnConfig())
+        assert await runner.prime() is False
+
+
 async def test_max_sentences_hangs_up_and_keeps_only_spoken_sentences(slow_fake) -> None:
     fake, client = slow_fake
     runner = await make_runner(fake, client, max_sentences=2)
