@@ -35,7 +35,7 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
                    "0 = never cut (default %(default)s)")
     p.add_argument("--first-phrase-chars", type=int, default=TurnConfig.first_phrase_chars,
                    metavar="N", help="word-boundary cut: a first sentence with no clause "
-                   "mark is released before the first 'and/to/with/is...' at or past N "
+                   "mark is released before the first 'and/to/is/in/by...' at or past N "
                    "characters; 0 = off (default %(default)s; measured in docs/live.md)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
     p.add_argument("--tts-threads", type=int, default=1, metavar="N",
