@@ -407,13 +407,24 @@ def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
         t = next((x for x in report["turns"] if x.get(field) == group and
                   (x["file"], x["run"]) == (pick["file"], pick["run"])), None)
         if t is not None and events.get((group, t["run"], t["file"])):
+            evs = events[(group, t["run"], t["file"])]
             label = f"speculation {group}" if report.get("live") else group
-            rows.append((f"{label}: {Path(t['file']).name} (run {t['run']})",
-                         events[(group, t["run"], t["file"])], t["first_audio_ms"]))
+            if report.get("live"):  # t = 0 at the end of speech, the report's clock
+                evs = _from_speech_end(evs, t.get("speech_end_ms") or 0.0)
+            rows.append((f"{label}: {Path(t['file']).name} (run {t['run']})", evs,
+                         t[metric]))
     if rows:
         waterfall.draw(rows, out / "waterfall.png")
     (out / "compare.md").write_text(live_markdown(report) if report.get("live")
                                     else markdown(report))
+
+
+def _from_speech_end(events: list[Event], speech_end_ms: float) -> list[Event]:
+    """A live turn's events on a clock starting at the user's last voiced sample, so the
+    waterfall shows the endpoint wait (a speculative turn starts at the pause)."""
+    from dataclasses import replace
+
+    return [replace(ev, t=ev.t + speech_end_ms / 1000) for ev in events]
 
 
 def _cell(summary: dict[str, Any], mode: str, key: str, q: str) -> str:

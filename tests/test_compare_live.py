@@ -73,6 +73,14 @@ def test_live_report_per_condition_ratio_and_speculation_counts() -> None:
     assert "600" in line and "speculative" in line
 
 
+def test_the_live_waterfall_counts_from_the_end_of_speech() -> None:
+    from pipeline.events import Event, EventName
+
+    evs = [Event(1, 0.0, EventName.TURN_START), Event(1, 0.4, EventName.PLAYBACK_START)]
+    shifted = compare._from_speech_end(evs, 250.0)
+    assert [e.t for e in shifted] == [0.25, 0.65] and evs[1].t == 0.4
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (("--live", "--no-speculate"), "runs speculation on and off"),
     (("--no-speculate",), "runs speculation on and off"),
