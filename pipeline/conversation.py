@@ -47,6 +47,13 @@ class Conversation:
         self.history[-1] = {"role": "assistant", "content": assistant_raw}
         return True
 
+    def drop_last_turn(self) -> bool:
+        """Forget the last user/assistant pair (a client said none of the reply was heard)."""
+        if len(self.history) < 2 or self.history[-1]["role"] != "assistant":
+            return False
+        del self.history[-2:]
+        return True
+
     def trim_oldest(self, keep_fraction: float) -> int:
         """Context overflow: drop the oldest user/assistant pairs, never the system prompt,
         until the history holds at most ``keep_fraction`` of its characters (at least one

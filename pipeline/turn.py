@@ -308,7 +308,10 @@ class _Turn:
             result.interrupted = self.interrupted.is_set() and not self.abandoned
             result.heard = self.heard.heard_text() if result.interrupted else result.reply
             kept = self.heard.heard_raw() if result.interrupted else result.reply
-            if not self.abandoned:  # the user never heard it and was not done talking
+            # Not kept: an abandoned speculation (the user was not done talking), and a
+            # reply cut before a word of it was heard. A "…" alone in the history taught
+            # SmolLM2 to answer "…" to the next questions (a serve soak: 7 of 8 turns).
+            if not self.abandoned and not (result.interrupted and not result.heard):
                 self.runner.conversation.commit(sent, kept)
                 result.committed = True
         except _Abandoned:
@@ -316,7 +319,7 @@ class _Turn:
         except (TurnError, LlmError) as e:
             result.error = str(e)
             self.rec.emit(EventName.TURN_ERROR, message=result.error)
-            if self.cut is not None and sent is not None and self.heard.sentences:
+            if self.cut is not None and sent is not None and self.heard.heard_text():
                 # The stream was cut mid-reply (server died): the history keeps what
                 # the user heard, marked as cut, like a barge-in.
                 result.reply = self.heard.reply(complete=False)

@@ -88,7 +88,9 @@ async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
                 record["error"] = line["error"]
             elif kind == "result":
                 record.update(error=line["error"], interrupted=line["interrupted"],
-                              first_audio_ms=line["metrics"].get("first_audio_ms"))
+                              first_audio_ms=line["metrics"].get("first_audio_ms"),
+                              audio_samples=received, reply_chars=len(line["reply"]),
+                              heard_chars=len(line["heard"]))
     if interrupter is not None:  # the player goes on after the stream has ended
         await interrupter
         async with http.get(f"{url}/v1/sessions/{sid}") as resp:

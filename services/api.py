@@ -156,10 +156,15 @@ class ApiSession:
         the reply, marked as interrupted, as a barge-in keeps what was heard."""
         last = self.last
         if last is None or last.spoken is None or not last.committed \
-                or not last.spoken.cut_at(played) \
-                or not self.runner.conversation.amend_last_reply(last.spoken.heard_raw()):
+                or not last.spoken.cut_at(played):
             return False
-        last.heard, last.interrupted = last.spoken.heard_text(), True
+        heard = last.spoken.heard_text()
+        history = self.runner.conversation
+        # Nothing heard: the pair goes, as a turn barged in on before its first word.
+        if not (history.amend_last_reply(last.spoken.heard_raw()) if heard
+                else history.drop_last_turn()):
+            return False
+        last.heard, last.interrupted, last.committed = heard, True, bool(heard)
         if self.records:
             self.records[-1].update(heard=last.heard, played_samples=played)
         return True

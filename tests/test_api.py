@@ -223,6 +223,12 @@ async def test_a_client_that_played_less_than_it_got_cuts_the_history_there(
     heard = "Sleep at the same time every day. Keep your"  # 5000/11025 of the 2nd sentence
     assert described["history"][-1]["content"] == heard + "…"
     assert described["records"][-1]["heard"] == heard
+    # having played nothing of it after all: the pair goes
+    nothing = await api_app.client.post(f"/v1/sessions/{sid}/interrupt",
+                                        json={"played_samples": 0})
+    assert (await nothing.json())["cut"] is True
+    described = await (await api_app.client.get(f"/v1/sessions/{sid}")).json()
+    assert described["history"] == [] and described["records"][-1]["heard"] == ""
     # having played it all cuts nothing more
     again = await api_app.client.post(f"/v1/sessions/{sid}/interrupt",
                                       json={"played_samples": 10 * per_sentence})
@@ -245,7 +251,8 @@ async def test_played_samples_told_mid_turn_cut_the_result_it_ends_with(
     lines = await api.turn(sid, on_line=interrupt_on_audio)
     assert answers == [{"interrupted": True, "cut": None, "played_samples": 0}]
     assert lines[-1]["interrupted"] is True and lines[-1]["heard"] == ""
-    assert api.state.api_sessions[sid].runner.conversation.history[-1]["content"] == "…"
+    # none of it was heard: the pair is not kept (a lone "…" is what SmolLM2 copies)
+    assert api.state.api_sessions[sid].runner.conversation.history == []
 
 
 @pytest.mark.parametrize("body, kind", [({"played_samples": -1}, "bad_option"),

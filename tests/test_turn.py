@@ -318,3 +318,15 @@ async def test_a_playing_turn_cannot_be_abandoned(slow_fake) -> None:
     assert not runner.abandon()
     result = await asyncio.wait_for(task, 10)
     assert not result.abandoned and result.error is None
+
+
+async def test_a_reply_cut_before_a_word_was_heard_is_not_kept(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client)
+    await runner.run(AUDIO)
+    history = list(runner.conversation.history)
+    runner.listeners.append(lambda e: runner.interrupt("user")
+                            if e.name == "splitter.sentence" else None)
+    result = await runner.run(AUDIO)  # interrupted before its first sample played
+    assert result.interrupted and result.heard == "" and not result.committed
+    assert runner.conversation.history == history  # no lone "…" for the model to copy
