@@ -44,6 +44,11 @@ QUESTIONS = [
 ]
 
 
+# Shorter than this and not cut by a barge-in: the model said next to nothing (a soak on a
+# history of "…"-marked replies ended with 60 replies of 4 characters in a row).
+SHORT_REPLY_CHARS = 30
+
+
 def resources() -> dict[str, int]:
     fds = os.listdir("/proc/self/fd")
     sockets = sum(1 for fd in fds if _link(fd).startswith("socket:"))
@@ -142,6 +147,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "bargeins_after_reply": sum(t["bargein_at"] is not None and not t["interrupted"]
                                     and (t["playback_s"] or 0.0) < t["bargein_at"]
                                     for t in turns),
+        # a reply of a few characters that was not cut: the conversation has degenerated
+        "short_replies": sum((t["reply_chars"] or 0) < SHORT_REPLY_CHARS
+                             and not t["interrupted"] for t in turns),
         "start": start, "end": end, "samples": samples, "per_turn": turns,
     }
     write_json_atomic(args.out / "soak.json", report)
@@ -162,7 +170,7 @@ def main() -> int:
           f"slot confirmed idle after "
           f"{r['interrupted_confirmed_idle']}/{r['interrupted']} (idle later: "
           f"{r['interrupted_idle_late']}) · restarts "
-          f"{r['server_restarts']} · {r['seconds']} s")
+          f"{r['server_restarts']} · short replies {r['short_replies']} · {r['seconds']} s")
     print(resource_table(r))
     print(f"wrote {args.out / 'soak.json'}")
     return passed(r)

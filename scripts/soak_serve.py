@@ -34,7 +34,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_serve import SAMPLES, health, proc_stats, start_stack  # noqa: E402
-from soak import passed, resource_table  # noqa: E402
+from soak import SHORT_REPLY_CHARS, passed, resource_table  # noqa: E402
 
 WAVS = {wav: wav.read_bytes() for wav in SAMPLES}
 
@@ -89,7 +89,8 @@ async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
             elif kind == "result":
                 record.update(error=line["error"], interrupted=line["interrupted"],
                               first_audio_ms=line["metrics"].get("first_audio_ms"),
-                              audio_samples=received, reply_chars=len(line["reply"]),
+                              audio_samples=received, reply=line["reply"][:80],
+                              reply_chars=len(line["reply"]),
                               heard_chars=len(line["heard"]))
     if interrupter is not None:  # the player goes on after the stream has ended
         await interrupter
@@ -142,6 +143,11 @@ async def soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str,
         "interrupted_confirmed_idle": sum(t["slot_idle"] is True for t in interrupted),
         "hung_up_mid_turn": len(hung_up), "cut_after_turn": len(cut_after),
         "played_everything": sum(t["cut"] is False for t in bargeins),
+        # answered without a sound and not barged in on: a reply that says nothing
+        "silent_turns": sum(t.get("audio_samples") == 0 and t["bargein_at"] is None
+                            for t in turns),
+        "short_replies": sum((t.get("reply_chars") or 0) < SHORT_REPLY_CHARS
+                             and not t["interrupted"] for t in turns),
         # every barge-in that stopped playback short left a history marked as cut
         "history_cut_ok": sum(t.get("history_cut") is True for t in hung_up + cut_after),
         "history_messages": len(history), "seconds": seconds,
@@ -181,11 +187,12 @@ def main() -> int:
     print(f"barge-ins: {r['hung_up_mid_turn']} hung up mid-turn, {r['cut_after_turn']} cut "
           f"the history after the turn, {r['played_everything']} came after all was played; "
           f"history marked as cut {r['history_cut_ok']}/"
-          f"{r['hung_up_mid_turn'] + r['cut_after_turn']}")
+          f"{r['hung_up_mid_turn'] + r['cut_after_turn']} · silent replies "
+          f"{r['silent_turns']} · short replies {r['short_replies']}")
     print(resource_table(r))
     print(f"wrote {args.out / 'soak_serve.json'}")
     history_ok = r["history_cut_ok"] == r["hung_up_mid_turn"] + r["cut_after_turn"]
-    return passed(r) or (0 if history_ok else 1)
+    return passed(r) or (0 if history_ok and r["silent_turns"] == 0 else 1)
 
 if __name__ == "__main__":
     sys.exit(main())

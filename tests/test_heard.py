@@ -84,3 +84,16 @@ def test_a_report_past_what_was_sent_keeps_what_was_sent() -> None:
     h.set_played(1, 400)  # a barge-in stopped the hand-over here
     assert h.cut_at(2500) is True
     assert h.heard_text() == "Sleep at the same time. Avoid"
+
+
+def test_a_cut_reply_is_kept_marked_but_sent_without_the_mark() -> None:
+    from pipeline.conversation import Conversation
+
+    c = Conversation()
+    c.commit([{"role": "user", "content": "Tips?"}], "Sleep at the same" + INTERRUPTED_MARK)
+    c.commit([{"role": "user", "content": "More?"}], "Keep it cool.")
+    assert c.history[1]["content"].endswith(INTERRUPTED_MARK)  # the record says it was cut
+    sent = c.messages_for("And?")
+    assert [m["content"] for m in sent[1:]] == ["Tips?", "Sleep at the same", "More?",
+                                                "Keep it cool.", "And?"]
+    assert c.messages_for("And?") == sent  # the same prefix every turn: the cache holds
