@@ -5,11 +5,10 @@ Fairness: both modes use the same models, prompt, sampling settings and warm ser
 state for every turn (turn 2+ reuse the previous turns' prefix); the order of the modes
 alternates between runs so neither always goes first.
 
-``--live``: the files are spoken in real time through the live path instead
-(``LiveConversation``, services/replay_live.py: segmenter, barge-in watcher, live turn-taker),
-and the two conditions are speculation on and off (the mode is streamed); the report counts
-from the end of the user's speech (``first_audio_from_speech_end_ms``) and adds what
-speculation did. Same fairness: one fresh conversation per (run, condition), alternating.
+``--live`` (speculation on vs off, the files spoken in real time through the live path) is
+services/compare_live.py; this module keeps the command, the run loop, the report files
+(compare.json, events.jsonl, waterfall.png, compare.md) and the serial vs streamed report.
+It imports compare_live only where it dispatches to it, so the import arrow points one way.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from services.turn_options import (
 if TYPE_CHECKING:
     import numpy as np
     from rich.console import Console
+    from rich.table import Table
 
     from pipeline.audio_out import AudioSink
     from pipeline.events import Event
@@ -48,15 +48,9 @@ TurnEvents = dict[tuple[str, int, str], list["Event"]]
 # What a turn record is grouped by, and its groups: (field, values).
 MODES = ("mode", ("serial", "streamed"))
 CONDITIONS = ("speculation", ("on", "off"))
-FROM_SPEECH_END = "first_audio_from_speech_end_ms"
 
 SHOWN = ("first_audio_ms", "asr_ms", "ttft_ms", "prefill_ms", "first_sentence_ms",
          "tts_first_ms", "overhead_ms", "turn_ms", "prompt_n", "cache_n", "reply_sentences")
-# --live: first audio counted from the end of speech, and its split (docs/live.md).
-LIVE_SHOWN = (FROM_SPEECH_END, "endpoint_ms", "speech_end_ms", "speculation_confirmed_ms",
-              "asr_ms", "first_sentence_ms", "tts_first_ms", "first_audio_ms", "turn_ms")
-SPECULATION_SHOWN = ("started", "confirmed", "cancelled", "cancelled_idle_confirmed",
-                     "saved_ms_p50", "wasted_tokens")
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
@@ -128,6 +122,7 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
 
     from pipeline.audio_in import AudioFileError, load_wav
     from pipeline.audio_out import RealtimeNullSink
+    from services import compare_live
 
     console = Console(stderr=True)
     audio = {}
@@ -142,7 +137,7 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
 
     stopper = Stopper().install()
     supervisor = Supervisor(args.llm_url)
-    measured = Measured(args.out, live_settings(args) if args.live else None)
+    measured = Measured(args.out, compare_live.live_settings(args) if args.live else None)
     try:
         assistant = await assistant_for(args)
         sink = RealtimeNullSink()
@@ -150,8 +145,8 @@ async def _compare(args: argparse.Namespace, wavs: list[Path]) -> int:
             await sink.open(assistant.tts.sample_rate)
             if args.live:  # Whisper warm too: the first condition must not pay for it
                 await _warm_up(assistant, sink, stopper, next(iter(audio.values())))
-                await _measure_live(args, assistant, sink, audio, stopper, supervisor,
-                                    measured, console)
+                await compare_live._measure_live(args, assistant, sink, audio, stopper,
+                                                 supervisor, measured, console)
             else:
                 await _warm_up(assistant, sink, stopper)
                 await _measure_modes(args, assistant, sink, audio, stopper, supervisor,
@@ -194,6 +189,8 @@ class Measured:
         self.speculation: dict[tuple[str, int], SpeculationStats] = {}
 
     def report(self) -> dict[str, Any]:
+        from services.compare_live import build_live_report
+
         if self.live is None:
             return build_report(self.turns)
         return build_live_report(self.turns, self.speculation, self.live)
@@ -231,65 +228,6 @@ async def _measure_modes(args: argparse.Namespace, assistant: Assistant, sink: A
                     measured.add(result.record(str(wav), run_no), (mode, run_no, str(wav)),
                                  result.events)
                     progress.advance(bar)
-
-
-def live_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """compare.json's ``live``: how the turns were taken."""
-    return {"pause_ms": args.pause_ms, "end_silence_ms": args.end_silence_ms}
-
-
-async def _measure_live(args: argparse.Namespace, assistant: Assistant, sink: AudioSink,
-                        audio: dict[Path, np.ndarray], stopper: Stopper,
-                        supervisor: Supervisor, measured: Measured,
-                        console: Console) -> None:
-    """Speculation on vs off: each file spoken in real time through the live path."""
-    from pipeline.conversation import Conversation
-    from services.replay_live import LiveConversation, LiveOptions
-
-    total, done = args.runs * 2 * len(audio), 0
-    for run_no in range(1, args.runs + 1):
-        conditions = ("on", "off") if run_no % 2 else ("off", "on")
-        for cond in conditions:
-            if stopper.stopped:
-                return
-            runner = stopper.runner = assistant.runner(
-                sink, Conversation(), config=turn_config(args, "streamed"))
-            options = LiveOptions.from_args(args, speculate=cond == "on")
-            async with LiveConversation(runner, options) as live:
-                measured.speculation[(cond, run_no)] = live.stats
-                for wav, samples in audio.items():
-                    if stopper.stopped:
-                        break
-                    turn = await live.say(samples)
-                    done += 1
-                    key = (cond, run_no, str(wav))
-                    if turn is None:
-                        record = {"mode": "streamed", "file": str(wav), "run": run_no,
-                                  "speculation": cond, "transcript": None, "reply": None,
-                                  "heard": None, "error": "no utterance heard"}
-                        measured.add(record, key, [])
-                    else:
-                        result = turn.result
-                        if result.error is not None and (
-                                line := await supervisor.check_async()):
-                            console.print(f"voice-llm compare: {line}", markup=False)
-                        measured.add({**result.record(str(wav), run_no), "speculation": cond,
-                                      "speculative": turn.speculative,
-                                      "endpoint_ms": round(turn.endpoint_ms, 1)},
-                                     key, result.events)
-                    console.print(f"[{done}/{total}] {live_line(measured.turns[-1])}",
-                                  markup=False, highlight=False, soft_wrap=True)
-
-
-def live_line(t: dict[str, Any]) -> str:
-    """One --live turn on stderr, as it finishes."""
-    head = f"run {t['run']} speculation {t['speculation']:3} {Path(t['file']).name}"
-    if t["error"]:
-        return f"{head}: {t['error']}"
-    how = "speculative" if t.get("speculative") else "at the endpoint"
-    return (f"{head}: first audio {t.get(FROM_SPEECH_END)} ms from speech end "
-            f"(endpoint {t.get('endpoint_ms')} ms, asr {t.get('asr_ms')}, first sentence "
-            f"{t.get('first_sentence_ms')}, tts {t.get('tts_first_ms')}; {how})")
 
 
 def save_partial(out: Path, report: dict[str, Any], events: TurnEvents,
@@ -343,33 +281,6 @@ def build_report(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return {"turns": turns, "summary": summary}
 
 
-def build_live_report(turns: list[dict[str, Any]],
-                      speculation: dict[tuple[str, int], SpeculationStats],
-                      live: dict[str, Any]) -> dict[str, Any]:
-    """--live: p50/p95/mean per condition, the on/off ratio of first audio from the end of
-    speech, and speculation's counts per condition over all its conversations."""
-    from pipeline.live import SpeculationStats
-    from pipeline.metrics import summarize
-
-    ok = [t for t in turns if not t["error"]]
-    summary: dict[str, Any] = {c: summarize(t for t in ok if t["speculation"] == c)
-                               for c in CONDITIONS[1]}
-    fa = {c: summary[c].get(FROM_SPEECH_END, {}).get("p50") for c in CONDITIONS[1]}
-    summary["first_audio_from_speech_end_ratio"] = (round(fa["on"] / fa["off"], 3)
-                                                    if fa["on"] and fa["off"] else None)
-    counts: dict[str, Any] = {}
-    for c in CONDITIONS[1]:
-        runs = [s for (cond, _), s in sorted(speculation.items()) if cond == c]
-        counts[c] = SpeculationStats(
-            started=sum(s.started for s in runs), confirmed=sum(s.confirmed for s in runs),
-            cancelled=sum(s.cancelled for s in runs),
-            cancelled_idle_confirmed=sum(s.cancelled_idle_confirmed for s in runs),
-            saved_ms=[ms for s in runs for ms in s.saved_ms],
-            wasted_tokens=sum(s.wasted_tokens for s in runs)).to_dict()
-    summary["speculation"] = counts
-    return {"live": live, "turns": turns, "summary": summary}
-
-
 def _turn_index(turn: dict[str, Any], turns: list[dict[str, Any]]) -> int:
     same = [t["file"] for t in turns if t["mode"] == turn["mode"] and t["run"] == turn["run"]]
     return same.index(turn["file"]) if turn["file"] in same else 0
@@ -388,7 +299,7 @@ def representative(turns: list[dict[str, Any]], mode: str, field: str = "mode",
 
 
 def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
-    from services import waterfall
+    from services import compare_live, waterfall
 
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "compare.json", report)
@@ -399,7 +310,7 @@ def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
     rows = []
     # The streamed (speculating) turn nearest its median, and the other group's turn on
     # the same file and run, so the two rows differ only in the mode (speculation).
-    metric = FROM_SPEECH_END if report.get("live") else "first_audio_ms"
+    metric = compare_live.FROM_SPEECH_END if report.get("live") else "first_audio_ms"
     pick = representative(report["turns"], groups[0 if report.get("live") else 1], field,
                           metric)
     for group in groups if pick else ():
@@ -410,21 +321,13 @@ def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
             evs = events[(group, t["run"], t["file"])]
             label = f"speculation {group}" if report.get("live") else group
             if report.get("live"):  # t = 0 at the end of speech, the report's clock
-                evs = _from_speech_end(evs, t.get("speech_end_ms") or 0.0)
+                evs = compare_live._from_speech_end(evs, t.get("speech_end_ms") or 0.0)
             rows.append((f"{label}: {Path(t['file']).name} (run {t['run']})", evs,
                          t[metric]))
     if rows:
         waterfall.draw(rows, out / "waterfall.png")
-    (out / "compare.md").write_text(live_markdown(report) if report.get("live")
+    (out / "compare.md").write_text(compare_live.live_markdown(report) if report.get("live")
                                     else markdown(report))
-
-
-def _from_speech_end(events: list[Event], speech_end_ms: float) -> list[Event]:
-    """A live turn's events on a clock starting at the user's last voiced sample, so the
-    waterfall shows the endpoint wait (a speculative turn starts at the pause)."""
-    from dataclasses import replace
-
-    return [replace(ev, t=ev.t + speech_end_ms / 1000) for ev in events]
 
 
 def _cell(summary: dict[str, Any], mode: str, key: str, q: str) -> str:
@@ -455,74 +358,30 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def live_markdown(report: dict[str, Any]) -> str:
-    s, live = report["summary"], report["live"]
-    lines = ["# Live turn-taking: speculation on vs off", "",
-             f"{len(report['turns'])} turns spoken in real time through the live path "
-             f"(pause {live['pause_ms']} ms, end silence {live['end_silence_ms']} ms; "
-             "docs/live.md). on/off first_audio_from_speech_end_ms p50 = "
-             f"**{s['first_audio_from_speech_end_ratio']}**.", "",
-             "| metric | on p50 | on p95 | off p50 | off p95 |", "|---|---:|---:|---:|---:|"]
-    for key in LIVE_SHOWN:
-        lines.append(f"| {key} | " + " | ".join(_cell(s, c, key, q) for c in CONDITIONS[1]
-                                               for q in ("p50", "p95")) + " |")
-    lines += ["", "| speculation | on | off |", "|---|---:|---:|"]
-    for key in SPECULATION_SHOWN:
-        lines.append(f"| {key} | " + " | ".join(
-            _count(s["speculation"][c].get(key)) for c in CONDITIONS[1]) + " |")
-    lines += ["", "![waterfall](waterfall.png)", "", "## Turns", "",
-              "| run | speculation | file | from speech end ms | endpoint ms | first audio ms "
-              "| started | reply |", "|---|---|---|---:|---:|---:|---|---|"]
-    for t in report["turns"]:
-        reply = (t["error"] or t["reply"] or "").replace("\n", " ").replace("|", "/")[:80]
-        started = "-" if t["error"] else "at the pause" if t.get("speculative") else "at the end"
-        lines.append(f"| {t['run']} | {t['speculation']} | {Path(t['file']).name} | "
-                     f"{t.get(FROM_SPEECH_END)} | {t.get('endpoint_ms')} | "
-                     f"{t.get('first_audio_ms')} | {started} | {reply} |")
-    return "\n".join(lines) + "\n"
+def summary_table(title: str, summary: dict[str, Any], groups: tuple[str, ...],
+                  shown: tuple[str, ...]) -> Table:
+    """p50 and p95 of each ``shown`` metric per group (mode or condition), for the terminal."""
+    from rich.table import Table
 
-
-def _count(v: object) -> str:
-    return "-" if v is None else str(v)
+    table = Table(title=title)
+    table.add_column("metric")
+    for col in (f"{g} {q}" for g in groups for q in ("p50", "p95")):
+        table.add_column(col, justify="right")
+    for key in shown:
+        table.add_row(key, *(_cell(summary, g, key, q) for g in groups for q in ("p50", "p95")))
+    return table
 
 
 def print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from services.compare_live import print_live_table
 
     if report.get("live"):
         print_live_table(report)
         return
     s = report["summary"]
-    table = Table(title="serial vs streamed (ms, tokens)")
-    table.add_column("metric")
-    for col in ("serial p50", "serial p95", "streamed p50", "streamed p95"):
-        table.add_column(col, justify="right")
-    for key in SHOWN:
-        table.add_row(key, *(_cell(s, m, key, q) for m in ("serial", "streamed")
-                             for q in ("p50", "p95")))
     console = Console()
-    console.print(table)
+    console.print(summary_table("serial vs streamed (ms, tokens)", s, MODES[1], SHOWN))
     console.print(f"streamed/serial first_audio p50 ratio: [bold]{s['first_audio_ratio']}[/] "
                   f"· KV reuse turns 2+: [bold]{s['cache_reuse_turn2plus']}[/]")
-
-
-def print_live_table(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    s = report["summary"]
-    table = Table(title="live turns: speculation on vs off (ms)")
-    table.add_column("metric")
-    for col in ("on p50", "on p95", "off p50", "off p95"):
-        table.add_column(col, justify="right")
-    for key in LIVE_SHOWN:
-        table.add_row(key, *(_cell(s, c, key, q) for c in CONDITIONS[1]
-                             for q in ("p50", "p95")))
-    console = Console()
-    console.print(table)
-    spec = s["speculation"]
-    console.print("speculation on: " + ", ".join(f"{k} {_count(spec['on'].get(k))}"
-                                                 for k in SPECULATION_SHOWN))
-    console.print("on/off first_audio_from_speech_end p50 ratio: "
-                  f"[bold]{s['first_audio_from_speech_end_ratio']}[/]")

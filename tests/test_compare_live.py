@@ -22,7 +22,7 @@ from test_turn import SENTENCES, FakeAsr, FakeTts, tokens
 
 from pipeline.live import SpeculationStats
 from pipeline.llm_client import LlmClient
-from services import compare
+from services import compare, compare_live
 from services.assistant import Assistant
 from services.cli import build_parser
 from services.errors import UserError
@@ -56,7 +56,7 @@ def test_live_report_per_condition_ratio_and_speculation_counts() -> None:
                                         wasted_tokens=12),
             ("on", 2): SpeculationStats(started=1, confirmed=1, saved_ms=[400]),
             ("off", 1): SpeculationStats()}
-    report = compare.build_live_report(turns, spec, {"pause_ms": 200, "end_silence_ms": 600})
+    report = compare_live.build_live_report(turns, spec, {"pause_ms": 200, "end_silence_ms": 600})
     s = report["summary"]
     assert s["on"]["first_audio_from_speech_end_ms"]["p50"] == 700
     assert s["off"]["first_audio_from_speech_end_ms"]["n"] == 2  # the failed turn left out
@@ -65,11 +65,11 @@ def test_live_report_per_condition_ratio_and_speculation_counts() -> None:
     assert (on["started"], on["confirmed"], on["cancelled"], on["cancelled_idle_confirmed"],
             on["wasted_tokens"], on["saved_ms_p50"]) == (4, 3, 1, 1, 12, 400)
     assert s["speculation"]["off"]["started"] == 0
-    md = compare.live_markdown(report)
+    md = compare_live.live_markdown(report)
     assert "| first_audio_from_speech_end_ms | 700 |" in md
     assert "| cancelled_idle_confirmed | 1 | 0 |" in md
     assert "no utterance heard" in md and "at the pause" in md
-    line = compare.live_line(turns[0])
+    line = compare_live.live_line(turns[0])
     assert "600" in line and "speculative" in line
 
 
@@ -77,7 +77,7 @@ def test_the_live_waterfall_counts_from_the_end_of_speech() -> None:
     from pipeline.events import Event, EventName
 
     evs = [Event(1, 0.0, EventName.TURN_START), Event(1, 0.4, EventName.PLAYBACK_START)]
-    shifted = compare._from_speech_end(evs, 250.0)
+    shifted = compare_live._from_speech_end(evs, 250.0)
     assert [e.t for e in shifted] == [0.25, 0.65] and evs[1].t == 0.4
 
 
