@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,3 +131,35 @@ def test_abort_stops_only_that_threads_synthesis(tts: PiperTts) -> None:
     assert outcome["victim"] == "aborted"
     assert isinstance(outcome["bystander"], int) and outcome["bystander"] > 0
     assert tts.synthesize("Still working.").size > 0  # the voice is usable afterwards
+
+
+_RSS_AFTER_A_LONG_SENTENCE = """
+import sys
+from pathlib import Path
+from pipeline.tts import PiperTts
+onnx, cfg = Path(sys.argv[1]), Path(sys.argv[2])
+tts = PiperTts(onnx, cfg, threads=1)
+tts.load()
+def rss_mb():
+    status = Path("/proc/self/status").read_text().splitlines()
+    return int(next(x for x in status if x.startswith("VmRSS:")).split()[1]) // 1024
+before = rss_mb()
+tts.synthesize(" ".join(["The sky is blue because of a process called Rayleigh scattering,"
+                         " which happens in the air"] * 6) + ".")
+print(before, rss_mb())
+"""
+
+
+@pytest.mark.integration
+def test_a_long_sentence_does_not_keep_its_memory() -> None:
+    # onnxruntime's arena kept the longest sentence's buffers for the life of the process
+    # (+540 MB after this one); with the per-run shrinkage it hands them back.
+    import subprocess
+    import sys
+
+    onnx, cfg = piper_voice()
+    out = subprocess.run([sys.executable, "-c", _RSS_AFTER_A_LONG_SENTENCE, str(onnx),
+                          str(cfg)], capture_output=True, text=True, check=True, timeout=120,
+                         cwd=Path(__file__).resolve().parent.parent)
+    before, after = (int(x) for x in out.stdout.split())
+    assert after - before < 250, (before, after)  # the arena would keep ~550 MB
