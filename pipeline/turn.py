@@ -308,10 +308,14 @@ class _Turn:
             result.interrupted = self.interrupted.is_set() and not self.abandoned
             result.heard = self.heard.heard_text() if result.interrupted else result.reply
             kept = self.heard.heard_raw() if result.interrupted else result.reply
-            # Not kept: an abandoned speculation (the user was not done talking), and a
-            # reply cut before a word of it was heard. A "…" alone in the history taught
-            # SmolLM2 to answer "…" to the next questions (a serve soak: 7 of 8 turns).
-            if not self.abandoned and not (result.interrupted and not result.heard):
+            # Not kept: an abandoned speculation (the user was not done talking), a reply
+            # cut before a word of it was heard, and one with nothing to say aloud ("...").
+            # SmolLM2 copies what it sees: a lone "…" in the history made it answer "…" to
+            # the next questions (a serve soak: 7 of 8 turns), and one "..." reply kept
+            # led the in-process soak into 100 "..." replies in a row.
+            silent = self.heard.audio_samples() == 0 and bool(result.reply.strip())
+            if not self.abandoned and not (result.interrupted and not result.heard) \
+                    and not silent:
                 self.runner.conversation.commit(sent, kept)
                 result.committed = True
         except _Abandoned:

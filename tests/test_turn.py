@@ -330,3 +330,25 @@ async def test_a_reply_cut_before_a_word_was_heard_is_not_kept(slow_fake) -> Non
     result = await runner.run(AUDIO)  # interrupted before its first sample played
     assert result.interrupted and result.heard == "" and not result.committed
     assert runner.conversation.history == history  # no lone "…" for the model to copy
+
+
+class SpeakableOnlyTts(FakeTts):
+    """Like Piper: text with no letters or digits ("...") gives no audio."""
+
+    def synthesize(self, text: str) -> np.ndarray:
+        audio = super().synthesize(text)
+        return audio if any(c.isalnum() for c in text) else audio[:0]
+
+
+async def test_a_reply_with_nothing_to_say_aloud_is_not_kept() -> None:
+    replies = [Reply(tokens=tokens(*SENTENCES)), Reply(tokens=["..."]),
+               Reply(tokens=tokens(*SENTENCES))]
+    async with FakeLlm(replies) as fake, LlmClient(fake.url) as client:
+        runner = await make_runner(fake, client, tts=SpeakableOnlyTts())
+        await runner.run(AUDIO)
+        history = list(runner.conversation.history)
+        silent = await runner.run(AUDIO)
+        assert silent.error is None and silent.reply == "..." and not silent.committed
+        assert runner.conversation.history == history  # no "..." for the model to copy
+        await runner.run(AUDIO)
+        assert len(runner.conversation.history) == 4
