@@ -7,7 +7,7 @@ pieces as ``talk`` take the turns: the Silero segmenter, the barge-in watcher an
 ``--no-speculate`` for the fixed end silence). So live turn-taking is measured repeatably,
 on the pipeline's clocks (``first_audio_from_speech_end_ms``); ``scripts/bench_live.py``
 measures the same through a real audio device path, on the audio. ``LiveConversation`` is
-that machinery, shared with ``compare --live`` (speculation on vs off, services/compare.py).
+that machinery, shared with ``compare --live`` (speculation on vs off, services/compare_live.py).
 """
 
 from __future__ import annotations
