@@ -29,6 +29,7 @@ class EventName(StrEnum):
     LLM_END = "llm.end"
     LLM_CLOSED = "llm.closed"
     CONTEXT_TRIMMED = "llm.context_trimmed"
+    SILENT_RETRY = "llm.silent_retry"
     LLM_CAPABILITIES = "llm.capabilities"  # what the server offers (pipeline/llm_caps.py)
     TTS_START = "tts.start"
     TTS_END = "tts.end"

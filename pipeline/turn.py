@@ -51,6 +51,8 @@ from pipeline.tasks import TaskSet
 from pipeline.tts import speakable
 
 log = logging.getLogger(__name__)
+
+FRESH_TEMPERATURE = 0.8  # the retry of a reply that said nothing aloud
 MODES = ("streamed", "serial")
 
 
@@ -302,6 +304,13 @@ class _Turn:
                 sent = self.runner.conversation.messages_for(result.transcript,
                                                              self.volatile())
                 await self.run_stages(sent)  # the one retry
+            if self.said_nothing():
+                # "..." and nothing else: deterministic sampling gives the same again on the
+                # same history, turn after turn (a soak ended in 100 of them). Once more, with
+                # fresh sampling; the user has heard nothing yet.
+                self.rec.emit(EventName.SILENT_RETRY, reply=self.heard.raw)
+                self.reset_stages()
+                await self.run_stages(sent, fresh_sampling=True)
             result.spoken = self.heard  # a retry after an overflow has its own
             result.reply = self.heard.reply(complete=self.finished is not None)
             result.abandoned = self.abandoned
@@ -410,9 +419,17 @@ class _Turn:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         return transcript
 
-    async def run_stages(self, sent: list[Message]) -> None:
+    def said_nothing(self) -> bool:
+        """The model finished a reply with text but nothing to say aloud (no audio)."""
+        return (self.finished is not None and not self.interrupted.is_set()
+                and not self.abandoned and bool(self.heard.raw.strip())
+                and self.heard.audio_samples() == 0)
+
+    async def run_stages(self, sent: list[Message], *, fresh_sampling: bool = False) -> None:
+        temperature, seed = ((max(self.cfg.temperature or 0.0, FRESH_TEMPERATURE), None)
+                             if fresh_sampling else (self.cfg.temperature, self.cfg.seed))
         opts = ChatOptions(max_tokens=self.cfg.max_tokens, cache_prompt=True,
-                           temperature=self.cfg.temperature, seed=self.cfg.seed,
+                           temperature=temperature, seed=seed,
                            id_slot=self.cfg.id_slot, include_usage=True,
                            extra={"timings_per_token": True})
         # Created here, before any stage runs, so the llm stage and the hang-up share one

@@ -340,15 +340,23 @@ class SpeakableOnlyTts(FakeTts):
         return audio if any(c.isalnum() for c in text) else audio[:0]
 
 
-async def test_a_reply_with_nothing_to_say_aloud_is_not_kept() -> None:
-    replies = [Reply(tokens=tokens(*SENTENCES)), Reply(tokens=["..."]),
+async def test_a_reply_with_nothing_to_say_aloud_is_asked_again_then_not_kept() -> None:
+    replies = [Reply(tokens=tokens(*SENTENCES)), Reply(tokens=["..."]), Reply(tokens=["..."]),
+               Reply(tokens=tokens(*SENTENCES)), Reply(tokens=["..."]),
                Reply(tokens=tokens(*SENTENCES))]
     async with FakeLlm(replies) as fake, LlmClient(fake.url) as client:
         runner = await make_runner(fake, client, tts=SpeakableOnlyTts())
         await runner.run(AUDIO)
         history = list(runner.conversation.history)
-        silent = await runner.run(AUDIO)
+        silent = await runner.run(AUDIO)  # "..." twice: silent, nothing kept
         assert silent.error is None and silent.reply == "..." and not silent.committed
         assert runner.conversation.history == history  # no "..." for the model to copy
+        retry = fake.requests[-1].body
+        assert retry["temperature"] == 0.8 and "seed" not in retry  # fresh sampling
+        assert fake.requests[-2].body["seed"] == 1234
+        assert names(silent).count("llm.silent_retry") == 1
         await runner.run(AUDIO)
         assert len(runner.conversation.history) == 4
+        saved = await runner.run(AUDIO)  # "..." then a real reply: that one is spoken
+        assert saved.reply == "".join(tokens(*SENTENCES)) and saved.committed
+        assert saved.metrics.first_audio_ms is not None
