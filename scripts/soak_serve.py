@@ -90,6 +90,7 @@ async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
                 record.update(error=line["error"], interrupted=line["interrupted"],
                               first_audio_ms=line["metrics"].get("first_audio_ms"),
                               audio_samples=received, reply=line["reply"][:80],
+                              transcript=line["transcript"],
                               reply_chars=len(line["reply"]),
                               heard_chars=len(line["heard"]))
     if interrupter is not None:  # the player goes on after the stream has ended
@@ -97,8 +98,12 @@ async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
         async with http.get(f"{url}/v1/sessions/{sid}") as resp:
             history = (await resp.json())["history"]
         record["hung_up"] = record.get("interrupt_answer") is True
-        # what the client played is what the history says was said
-        record["history_cut"] = bool(history) and history[-1]["content"].endswith("…")
+        # What the client played is what the history says was said: the reply marked as
+        # cut, or, when none of it was heard, the turn not kept at all.
+        kept_this = len(history) >= 2 and history[-2]["content"] == record.get("transcript")
+        record["history_cut"] = (history[-1]["content"].endswith("…") if kept_this
+                                 else record.get("heard_chars") == 0
+                                 or record.get("cut") is True)
     return record
 
 
