@@ -76,6 +76,7 @@ def test_replay_stopped_by_a_signal_closes_the_turn_and_saves(
     try:
         # Turn 1 is finished and saved; kill during turn 2's playback.
         _wait_for_event(events, "turn.end")
+        _wait_for(out)  # written (atomically) just after the turn's last event
         assert json.loads(out.read_text())["turns"][0]["error"] is None
         evs = _wait_for_event(events, "playback.start")
         while not [e for e in evs if e["turn"] == 2 and e["event"] == "start"
