@@ -305,9 +305,9 @@ class _Turn:
                                                              self.volatile())
                 await self.run_stages(sent)  # the one retry
             if self.said_nothing():
-                # "..." and nothing else: deterministic sampling gives the same again on the
-                # same history, turn after turn (a soak ended in 100 of them). Once more, with
-                # fresh sampling; the user has heard nothing yet.
+                # "..." and nothing else: deterministic sampling would give the same again
+                # on the same history, turn after turn. Once more, with fresh sampling; the
+                # user has heard nothing yet.
                 self.rec.emit(EventName.SILENT_RETRY, reply=self.heard.raw)
                 self.reset_stages()
                 await self.run_stages(sent, fresh_sampling=True)
@@ -320,8 +320,8 @@ class _Turn:
             # Not kept: an abandoned speculation (the user was not done talking), a reply
             # cut before a word of it was heard, and one with nothing to say aloud ("...").
             # SmolLM2 copies what it sees: a lone "…" in the history made it answer "…" to
-            # the next questions (a serve soak: 7 of 8 turns), and one "..." reply kept
-            # led the in-process soak into 100 "..." replies in a row.
+            # the next questions (a serve soak: 7 of 8 turns); a kept "..." would invite
+            # the same.
             silent = self.heard.audio_samples() == 0 and bool(result.reply.strip())
             if not self.abandoned and not (result.interrupted and not result.heard) \
                     and not silent:
