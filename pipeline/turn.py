@@ -283,7 +283,7 @@ class _Turn:
 
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
-        result = TurnResult(self.rec.turn, self.mode, spoken=self.heard)
+        result = TurnResult(self.rec.turn, self.mode)
         live = {} if self.speech_end_ms is None else {"speech_end_ms": self.speech_end_ms}
         self.rec.emit(EventName.TURN_START, mode=self.mode, **live)
         if self.confirmed is not None:
@@ -304,14 +304,14 @@ class _Turn:
                 sent = self.runner.conversation.messages_for(result.transcript,
                                                              self.volatile())
                 await self.run_stages(sent)  # the one retry
-            if self.said_nothing():
+            if self.finished is not None and not self.interrupted.is_set() \
+                    and not self.abandoned and self.nothing_aloud():
                 # "..." and nothing else: deterministic sampling would give the same again
                 # on the same history, turn after turn. Once more, with fresh sampling; the
                 # user has heard nothing yet.
                 self.rec.emit(EventName.SILENT_RETRY, reply=self.heard.raw)
                 self.reset_stages()
                 await self.run_stages(sent, fresh_sampling=True)
-            result.spoken = self.heard  # a retry after an overflow has its own
             result.reply = self.heard.reply(complete=self.finished is not None)
             result.abandoned = self.abandoned
             result.interrupted = self.interrupted.is_set() and not self.abandoned
@@ -322,9 +322,8 @@ class _Turn:
             # SmolLM2 copies what it sees: a lone "…" in the history made it answer "…" to
             # the next questions (a serve soak: 7 of 8 turns); a kept "..." would invite
             # the same.
-            silent = self.heard.audio_samples() == 0 and bool(result.reply.strip())
             if not self.abandoned and not (result.interrupted and not result.heard) \
-                    and not silent:
+                    and not self.nothing_aloud():
                 self.runner.conversation.commit(sent, kept)
                 result.committed = True
         except _Abandoned:
@@ -340,6 +339,7 @@ class _Turn:
                 self.runner.conversation.commit(sent, self.heard.heard_raw())
                 result.committed = True
         finally:
+            result.spoken = self.heard  # the last attempt's: a retry has its own
             await self.tasks.cancel_all()
             if self.stream is not None:
                 await self.stream.aclose()
@@ -419,11 +419,9 @@ class _Turn:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         return transcript
 
-    def said_nothing(self) -> bool:
-        """The model finished a reply with text but nothing to say aloud (no audio)."""
-        return (self.finished is not None and not self.interrupted.is_set()
-                and not self.abandoned and bool(self.heard.raw.strip())
-                and self.heard.audio_samples() == 0)
+    def nothing_aloud(self) -> bool:
+        """The reply has text but not a sample of audio ("...")."""
+        return bool(self.heard.raw.strip()) and self.heard.audio_samples() == 0
 
     async def run_stages(self, sent: list[Message], *, fresh_sampling: bool = False) -> None:
         temperature, seed = ((max(self.cfg.temperature or 0.0, FRESH_TEMPERATURE), None)
