@@ -138,7 +138,6 @@ class ApiSession:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     records: list[dict[str, Any]] = field(default_factory=list)
     emit: Callable[[dict[str, Any]], None] | None = None  # the running turn's stream
-    running: bool = False  # inside TurnRunner.run
     last: TurnResult | None = None
     played_report: int | None = None  # samples the client played, told mid-turn
 
@@ -146,7 +145,7 @@ class ApiSession:
         """The client played only ``played`` samples of its reply audio (it interrupted
         its own playback). A running turn applies it when it ends, before its result
         line (None); otherwise the last turn is cut now (True when that shortened it)."""
-        if self.running:
+        if self.runner.busy:
             self.played_report = played
             return None
         return self.cut_heard(played)
@@ -236,16 +235,16 @@ async def run_streamed_turn(request: web.Request, session: ApiSession, turn: Tur
                 pool.begin(session.lease)
             slot = session.lease.slot
             session.runner.config = turn.options.apply(base_config, slot)
-            session.running, session.played_report = True, None
+            session.played_report = None
             try:
                 result = await session.runner.run(turn.audio, text=turn.text, t0=turn.t0,
                                                   mode=turn.options.mode)
             finally:
-                session.running = False
                 session.runner.config = base_config
                 if pool is not None:
                     pool.end(session.lease)
-            # No await since run() returned: a played report is either in or comes after.
+            # No await since run() returned (runner.busy went False inside it): a played
+            # report is either in or comes after, and then cuts the last turn itself.
             session.last = result
             session.records.append({**result.record(f"turn {result.turn}"), "id_slot": slot})
             if session.played_report is not None:
