@@ -450,13 +450,18 @@ async def _read_played(request: web.Request) -> int | None:
     if request.content_type != "application/json":
         raise v1.ApiError(415, "unsupported_media_type",
                           'send no body or application/json {"played_samples": N}')
+    body = await _read_json_object(request, 1024)
+    return v1.int_option(body, "played_samples", 0, 10**9)
+
+
+async def _read_json_object(request: web.Request, limit: int) -> dict[str, Any]:
     try:
-        body = json.loads(await _read_body(request, 1024))
+        body = json.loads(await _read_body(request, limit))
     except ValueError:
         raise v1.ApiError(400, "bad_json", "body is not valid JSON") from None
     if not isinstance(body, dict):
         raise v1.ApiError(400, "bad_json", "body must be a JSON object")
-    return v1.int_option(body, "played_samples", 0, 10**9)
+    return body
 
 
 async def session_turn(request: web.Request) -> web.StreamResponse:
@@ -478,13 +483,7 @@ async def read_turn(request: web.Request, state: AppState) -> v1.TurnRequest:
     """The turn's input and options; every client mistake is an ``ApiError``."""
     ctype = request.content_type
     if ctype == "application/json":
-        raw = await _read_body(request, state.limits.max_text_chars * 4 + 4096)
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise v1.ApiError(400, "bad_json", "body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise v1.ApiError(400, "bad_json", "body must be a JSON object")
+        body = await _read_json_object(request, state.limits.max_text_chars * 4 + 4096)
         options = v1.parse_options({**request.query, **body})
         text = body.get("text")
         if not isinstance(text, str) or not text.strip():
