@@ -52,6 +52,7 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 def proc_stats(pid: int | None) -> dict[str, Any]:
+    """A process's open fds, sockets among them and RSS, from /proc ({} when it is gone)."""
     if pid is None:
         return {}
     try:
@@ -62,7 +63,7 @@ def proc_stats(pid: int | None) -> dict[str, Any]:
                    if line.startswith("VmRSS:"))
     except (OSError, StopIteration):
         return {}
-    return {"sockets": sockets, "rss_mb": round(rss / 1024, 1)}
+    return {"fds": len(fds), "sockets": sockets, "rss_mb": round(rss / 1024, 1)}
 
 
 def _link(pid: int, fd: str) -> str:

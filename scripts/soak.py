@@ -25,6 +25,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from load_serve import proc_stats  # noqa: E402
 
 # 24 different questions: the history holds 20 turns (Conversation.max_messages), so none is
 # asked again while its last answer is in view. With 6 repeated questions SmolLM-135M fell
@@ -49,21 +52,12 @@ QUESTIONS = [
 SHORT_REPLY_CHARS = 30
 
 
-def resources() -> dict[str, int]:
-    fds = os.listdir("/proc/self/fd")
-    sockets = sum(1 for fd in fds if _link(fd).startswith("socket:"))
-    rss_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text()
-                  .splitlines() if line.startswith("VmRSS:"))
-    return {"rss_mb": rss_kb // 1024, "fds": len(fds), "sockets": sockets,
-            "asyncio_tasks": len(asyncio.all_tasks()),
+def resources() -> dict[str, Any]:
+    """This process's RSS, fds and sockets (load_serve's proc_stats), tasks and threads."""
+    stats = proc_stats(os.getpid())
+    return {"rss_mb": stats.get("rss_mb"), "fds": stats.get("fds"),
+            "sockets": stats.get("sockets"), "asyncio_tasks": len(asyncio.all_tasks()),
             "threads": len(os.listdir("/proc/self/task"))}
-
-
-def _link(fd: str) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return ""
 
 
 def _playback_s(events: list[Any]) -> float | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import time
@@ -40,11 +39,11 @@ WAVS = {wav: wav.read_bytes() for wav in SAMPLES}
 
 
 def resources(pid: int | None, tasks: int | None) -> dict[str, Any]:
-    """serve's RSS and sockets (load_serve's proc_stats), its open fds and asyncio tasks."""
+    """serve's RSS, open fds and sockets (load_serve's proc_stats) and asyncio tasks."""
     if pid is None:
         return {"asyncio_tasks": tasks}
     stats = proc_stats(pid)
-    return {"rss_mb": stats.get("rss_mb"), "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    return {"rss_mb": stats.get("rss_mb"), "fds": stats.get("fds"),
             "sockets": stats.get("sockets"), "asyncio_tasks": tasks}
 
 
