@@ -93,6 +93,7 @@ class AppState:
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     rate: RateLimiter | None = None
     supervision: SharedCheck | None = None
+    speculate: bool = True  # the page's pauses start speculative turns (services/web_live.py)
     sessions: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
     api_sessions: dict[str, v1.ApiSession] = field(default_factory=dict)
@@ -127,7 +128,8 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
                idle_lease_s: float = DEFAULT_IDLE_LEASE_S,
                ws_max_messages_per_s: float = 200.0,
                rate_limit_per_minute: int = DEFAULT_PER_MINUTE,
-               supervisor: Supervisor | None = None) -> web.Application:
+               supervisor: Supervisor | None = None,
+               speculate: bool = True) -> web.Application:
     limits = Limits(max_upload_bytes=max_upload_bytes, max_utterance_s=max_utterance_s,
                     max_messages_per_s=ws_max_messages_per_s)
     sink = InstantSink()
@@ -139,7 +141,8 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
     pool = SlotPool(slots, idle_lease_s=idle_lease_s) if slots else None
     state = AppState(assistant, limits, legacy, ServiceMetrics(), pool, api_key or None,
                      max_sessions, queue_timeout_s,
-                     RateLimiter(rate_limit_per_minute) if rate_limit_per_minute else None)
+                     RateLimiter(rate_limit_per_minute) if rate_limit_per_minute else None,
+                     speculate=speculate)
     if supervisor is not None:
         state.supervision = SharedCheck(supervisor,
                                         lambda line: state.metrics.llm_restarts.inc())
@@ -256,7 +259,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                              queue_timeout_s=state.queue_timeout_s,
                              on_queue=state.metrics.queue_wait.observe,
                              on_result=lambda r, n: state.turn_done(r, "ws", n),
-                             before_turn=state.llm_ready)
+                             before_turn=state.llm_ready, speculate=state.speculate)
     task = asyncio.create_task(session.serve(), name=f"ws-session-{session_id}")
     state.sessions[session_id] = task
     state.sockets[session_id] = ws
@@ -555,6 +558,11 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    help="session/turn requests (and page connections) one client may make "
                    "in any 60 s; a client is its API key, or its address without one; over "
                    "it: 429 with Retry-After (default %(default)s; 0: no limit)")
+    p.add_argument("--no-speculate", dest="speculate", action="store_false",
+                   help="the page's turns start only at the end of an utterance, after its "
+                   "fixed 700 ms of silence (default: hands-free, a turn starts at the "
+                   "first 200 ms pause and the endpoint policy sets the silence that ends "
+                   "it; docs/live.md)")
     add_asr_window_option(p)
     add_engine_options(p)  # --asr / --tts: in-process or a Wyoming speech server
 
@@ -589,7 +597,7 @@ async def _serve(args: argparse.Namespace) -> int:
     app = create_app(assistant, max_upload_bytes=int(args.max_upload_mb * 2**20),
                      slots=slots, api_key=args.api_key, max_sessions=args.max_sessions,
                      queue_timeout_s=args.queue_timeout, idle_lease_s=args.idle_lease,
-                     rate_limit_per_minute=args.rate_limit,
+                     rate_limit_per_minute=args.rate_limit, speculate=args.speculate,
                      # a managed server that dies is restarted after the failed turn
                      supervisor=Supervisor(assistant.llm_url))
     app_runner = web.AppRunner(app, access_log=None)

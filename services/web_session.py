@@ -6,8 +6,14 @@ Messages from the browser (JSON text frames unless noted)::
      "input_id": "c1"}
     <binary>                                        PCM frames of the open utterance, or a
                                                     whole WAV file (starts with RIFF)
+    {"type": "audio.pause", "pause": N,             hands-free: the open utterance's N-th
+     "silence_ms": S}                               pause (S ms of silence so far): a
+                                                    speculative turn starts on the audio so far
+    {"type": "audio.resume", "pause": N,            the voice came back after pause N: that
+     "silence_ms": S}                               speculation is abandoned
     {"type": "audio.end", "trailing_silence_ms": N} the user stopped: run the turn (N: the
-                                                    page's endpoint wait, shown before t = 0)
+                                                    page's endpoint wait, shown before t = 0),
+                                                    or confirm the speculation that runs
     {"type": "audio.cancel"}                        drop the open utterance
     {"type": "interrupt"}                           barge-in (button or voice onset)
     {"type": "text", "text": "...", "input_id": "c2"}  a typed turn (no ASR)
@@ -17,17 +23,24 @@ Messages from the browser (JSON text frames unless noted)::
 in every ``event``, ``turn.result`` and ``error`` about that input, so the page maps
 errors and turns to what the user said without guessing.
 
-Messages to the browser: ``hello``, ``audio.format``, ``event`` (the event dict of
-docs/contracts.md under ``"event"``), ``transcript``, ``sentence``, binary audio frames,
-``audio.stop``, ``turn.result`` (its ``id_slot``: the conversation's LLM slot), ``queued``
-(every LLM slot is held by another conversation: ``position``, ``timeout_s``) and ``error``
-(one line; the session goes on).
+Messages to the browser: ``hello`` (``speculate``: whether pauses start speculative
+turns), ``audio.format``, ``event`` (the event dict of docs/contracts.md under ``"event"``),
+``transcript``, ``sentence``, binary audio frames, ``audio.stop``, ``turn.result`` (its
+``id_slot``: the conversation's LLM slot; ``speculation``: what speculation did over the
+utterance, services/web_live.py), ``endpoint`` (``input_id``, ``pause``, ``wait_ms``,
+``reason``: end this utterance after ``wait_ms`` of silence), ``queued`` (every LLM slot is
+held by another conversation: ``position``, ``timeout_s``) and ``error`` (one line; the
+session goes on). ``event``, ``transcript`` and ``sentence`` messages of a speculative turn
+not yet confirmed carry ``"speculative": true``: the page keeps that turn out of sight, and
+its ``turn.result`` (``speculation.state`` ``cancelled`` or ``dropped``) if it never is.
 
 Messages beyond ``Limits.max_messages_per_s`` (over one second) are dropped with one error
 per second, and an utterance they belonged to is dropped whole.
 
 A new utterance while the assistant is still busy is a barge-in: it goes through
 ``BargeIn`` (the single decider), then the new turn runs once the old one has hung up.
+
+Pauses, the endpoint and confirming or abandoning a speculation: services/web_live.py.
 """
 
 from __future__ import annotations
@@ -53,6 +66,7 @@ from pipeline.events import Event, EventName
 from pipeline.tasks import TaskSet
 from services.api_slots import Lease, QueueTimeout, SlotPool
 from services.timeline import marks, stage_spans
+from services.web_live import PageSpeculator, Speculation, UtteranceSpeculation
 from services.ws_sink import Outbox, WebSocketSink
 
 if TYPE_CHECKING:
@@ -120,6 +134,7 @@ class Utterance:
     input_id: str | None = None
     pcm: bytearray = field(default_factory=bytearray)
     overflowed: bool = False
+    speculation: UtteranceSpeculation = field(default_factory=UtteranceSpeculation)
 
 
 @dataclass
@@ -132,6 +147,8 @@ class TurnInput:
     name: str = "utterance"
     input_id: str | None = None
     speech_end_ms: float | None = None  # the page's endpoint wait: last voiced frame -> end
+    speculation: Speculation | None = None  # a speculative turn, started at a pause
+    utterance: UtteranceSpeculation | None = None  # hands-free audio: what speculation did
 
 
 class BrowserSession:
@@ -140,7 +157,8 @@ class BrowserSession:
                  queue_timeout_s: float = 60.0,
                  on_queue: Callable[[float], None] | None = None,
                  on_result: Callable[[TurnResult, int], None] | None = None,
-                 before_turn: Callable[[], Awaitable[None]] | None = None) -> None:
+                 before_turn: Callable[[], Awaitable[None]] | None = None,
+                 speculate: bool = True) -> None:
         self.id = session_id
         self.pool = pool
         self.lease = Lease(session_id)
@@ -160,7 +178,10 @@ class BrowserSession:
         self.runner = assistant.runner(self.sink, Conversation(), listeners=[self.on_event])
         self.bargein = BargeIn(self.runner)
         self.runner.listeners.append(self.bargein.on_event)
+        self.speculator = PageSpeculator(self.runner, self.outbox, enabled=speculate)
+        self.runner.listeners.append(self.speculator.on_event)
         self.inputs: asyncio.Queue[TurnInput] = asyncio.Queue()
+        self.waiting = 0  # inputs queued that are not speculations
         self.utterance: Utterance | None = None
         self.input_id: str | None = None  # of the turn running now
         self.tasks = TaskSet(f"session-{session_id}")
@@ -173,7 +194,8 @@ class BrowserSession:
                           "input": {"sample_rate": SAMPLE_RATE, "encoding": "s16le"},
                           "limits": {"max_upload_bytes": self.limits.max_upload_bytes,
                                      "max_utterance_s": self.limits.max_utterance_s,
-                                     "max_text_chars": self.limits.max_text_chars}})
+                                     "max_text_chars": self.limits.max_text_chars},
+                          "speculate": self.speculator.enabled})
         self.tasks.spawn("writer", self.outbox.run())
         self.tasks.spawn("turns", self.run_turns())
         try:
@@ -187,6 +209,7 @@ class BrowserSession:
         finally:
             # Hang up on the LLM first (a cancelled read would leave llama-server working).
             self.bargein.trigger("disconnect")
+            await self.speculator.close()
             await self.tasks.cancel_all()
             await self.sink.close()
             if self.pool is not None:
@@ -205,6 +228,7 @@ class BrowserSession:
             if utt is not None:  # a gap in the PCM would be a corrupt utterance
                 utt.overflowed = True
                 utt.pcm.clear()
+                self.speculator.resume("utterance dropped")
             self.error(f"too many messages: more than {self.limits.max_messages_per_s:g} "
                        "per second; dropped", utt.input_id if utt else None)
         return False
@@ -228,6 +252,7 @@ class BrowserSession:
         if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
             raise ProtocolError("malformed message: expected a JSON object with a \"type\"")
         handler = {"audio.begin": self.on_audio_begin, "audio.end": self.on_audio_end,
+                   "audio.pause": self.on_audio_pause, "audio.resume": self.on_audio_resume,
                    "audio.cancel": self.on_audio_cancel, "interrupt": self.on_interrupt,
                    "text": self.on_typed, "reset": self.on_reset}.get(msg["type"])
         if handler is None:
@@ -240,7 +265,48 @@ class BrowserSession:
             raise ProtocolError(f"audio.begin: sample_rate must be an integer 8000-96000 Hz, "
                                 f"not {rate!r}")
         limit = int(self.limits.max_utterance_s * rate) * 2
+        self.speculator.resume("a new utterance began")  # the last one never ended
         self.utterance = Utterance(rate, limit, input_id(msg))
+
+    def on_audio_pause(self, msg: dict[str, Any]) -> None:
+        utt = self.open_utterance(msg)
+        pause = msg.get("pause")
+        if not isinstance(pause, int) or isinstance(pause, bool) or pause < 1:
+            raise ProtocolError(f"audio.pause: pause must be an integer >= 1, not {pause!r}",
+                                utt.input_id)
+        silence = self.silence_ms(msg, "audio.pause", "silence_ms", utt.input_id)
+        if utt.overflowed or not utt.pcm:
+            return
+        # Not over another turn: one running or waiting is answered first (an abandoned
+        # speculation finishing its hang-up does not count; this one queues behind it).
+        free = self.waiting == 0 and (not self.runner.busy or self.runner.abandoning)
+        spec = self.speculator.pause(utt.speculation, utt.input_id, pause, silence, free)
+        if spec is not None:
+            self.inputs.put_nowait(TurnInput(spec.t0, pcm=bytes(utt.pcm),
+                                             sample_rate=utt.sample_rate,
+                                             input_id=utt.input_id, speech_end_ms=silence,
+                                             speculation=spec, utterance=utt.speculation))
+
+    def on_audio_resume(self, msg: dict[str, Any]) -> None:
+        utt = self.open_utterance(msg)
+        silence = self.silence_ms(msg, "audio.resume", "silence_ms", utt.input_id)
+        self.speculator.resume(f"speech resumed after {silence:.0f} ms")
+
+    def open_utterance(self, msg: dict[str, Any]) -> Utterance:
+        if self.utterance is None:
+            raise ProtocolError(f"{msg['type']} without audio.begin")
+        return self.utterance
+
+    def silence_ms(self, msg: dict[str, Any], kind: str, key: str,
+                   given: str | None) -> float:
+        """A silence the page measured, in ms: a number within the utterance limit."""
+        value = msg.get(key, 0)
+        if not isinstance(value, int | float) or isinstance(value, bool) \
+                or not 0 <= value <= self.limits.max_utterance_s * 1000:
+            raise ProtocolError(f"{kind}: {key} must be a number 0-"
+                                f"{self.limits.max_utterance_s * 1000:g}, not {value!r}",
+                                given)
+        return float(value)
 
     def on_audio_end(self, msg: dict[str, Any]) -> None:
         t0 = time.monotonic()
@@ -251,21 +317,27 @@ class BrowserSession:
             return  # already reported when it overflowed
         if not utt.pcm:
             raise ProtocolError("audio.end: the utterance has no audio", utt.input_id)
-        trailing = msg.get("trailing_silence_ms", 0)
-        if not isinstance(trailing, int | float) or isinstance(trailing, bool) \
-                or not 0 <= trailing <= self.limits.max_utterance_s * 1000:
-            raise ProtocolError(f"audio.end: trailing_silence_ms must be a number 0-"
-                                f"{self.limits.max_utterance_s * 1000:g}, not {trailing!r}",
-                                utt.input_id)
+        try:
+            trailing = self.silence_ms(msg, "audio.end", "trailing_silence_ms", utt.input_id)
+        except ProtocolError:
+            self.speculator.resume("utterance dropped")
+            raise
+        # The speculation started at the last pause is this utterance (its audio since is
+        # the page's silence): it plays now. Otherwise a turn on the whole utterance.
+        if self.speculator.end(trailing):
+            return
         self.submit(TurnInput(t0, pcm=bytes(utt.pcm), sample_rate=utt.sample_rate,
                               input_id=utt.input_id,
                               # 0: push-to-talk, the release is the end (no wait to show)
-                              speech_end_ms=float(trailing) or None))
+                              speech_end_ms=trailing or None, utterance=utt.speculation))
 
     def on_audio_cancel(self, msg: dict[str, Any]) -> None:
+        self.speculator.resume("utterance cancelled")
         self.utterance = None
 
     def on_interrupt(self, msg: dict[str, Any]) -> None:
+        if self.speculator.unconfirmed():
+            return  # nothing is audible: only the utterance's end or resumption decides
         self.bargein.trigger("browser")
 
     def on_typed(self, msg: dict[str, Any]) -> None:
@@ -298,19 +370,24 @@ class BrowserSession:
         if len(utt.pcm) + len(data) > utt.limit_bytes:
             utt.overflowed = True
             utt.pcm.clear()
+            self.speculator.resume("utterance dropped")
             raise ProtocolError(f"utterance longer than {self.limits.max_utterance_s:g} s: "
                                 "dropped", utt.input_id)
         utt.pcm.extend(data)
 
     def submit(self, turn_input: TurnInput) -> None:
+        self.speculator.resume("another input")  # typed over an open utterance
         if self.runner.busy:  # speaking over the assistant (or typing): barge-in
             self.bargein.trigger("new-utterance")
+        self.waiting += 1
         self.inputs.put_nowait(turn_input)
 
     # -- turns ------------------------------------------------------------------------
     async def run_turns(self) -> None:
         while True:
             turn_input = await self.inputs.get()
+            if turn_input.speculation is None:
+                self.waiting -= 1
             try:
                 await self.run_turn(turn_input)
             except AudioFileError as e:
@@ -322,6 +399,31 @@ class BrowserSession:
                 self.input_id = None
 
     async def run_turn(self, turn_input: TurnInput) -> None:
+        spec = turn_input.speculation
+        result: TurnResult | None = None
+        try:
+            result = await self.run_runner(turn_input)
+        finally:
+            # None: the turn is the answer; else why a speculation is not (never shown)
+            outcome = self.speculator.finished(spec, result) if spec is not None else None
+        if result is None:
+            return
+        if outcome is None:
+            self.turns_done += 1
+            if self.on_result is not None:
+                self.on_result(result, self.turns_done)
+        speculation = None
+        if turn_input.utterance is not None:
+            speculation = turn_input.utterance.to_dict()
+            if outcome is not None:
+                speculation["state"] = outcome
+        self.outbox.json({**result_message(result), "input_id": turn_input.input_id,
+                          "id_slot": self.lease.slot if self.pool is not None else None,
+                          "speculation": speculation})
+
+    async def run_runner(self, turn_input: TurnInput) -> TurnResult | None:
+        """The turn on the runner (with this conversation's slot); None if it did not run."""
+        spec = turn_input.speculation
         audio: np.ndarray | None = None
         if turn_input.wav is not None:
             audio = await asyncio.to_thread(decode_wav_bytes, turn_input.wav, turn_input.name)
@@ -331,27 +433,32 @@ class BrowserSession:
         self.input_id = turn_input.input_id
         if self.before_turn is not None:
             await self.before_turn()
+        if self.pool is not None:
+            if spec is not None and not spec.confirmed.is_set():
+                if not self.pool.try_acquire(self.lease):
+                    return None  # no slot free now: no speculation, the end starts the turn
+            elif not await self.claim_slot(turn_input.input_id):
+                return None
+        confirmed = None
+        if spec is not None:
+            assert audio is not None
+            if not self.speculator.started(spec, audio):
+                return None  # speech resumed before it could start
+            confirmed = spec.confirmed
         if self.pool is None:
-            result = await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
-                                           speech_end_ms=turn_input.speech_end_ms)
-        else:
-            if not await self.claim_slot(turn_input.input_id):
-                return
-            base = self.runner.config
-            self.runner.config = dataclasses.replace(base, id_slot=self.lease.slot)
-            self.pool.begin(self.lease)
-            try:
-                result = await self.runner.run(audio, text=turn_input.text,
-                                               t0=turn_input.t0,
-                                               speech_end_ms=turn_input.speech_end_ms)
-            finally:
-                self.runner.config = base
-                self.pool.end(self.lease)
-        self.turns_done += 1
-        if self.on_result is not None:
-            self.on_result(result, self.turns_done)
-        self.outbox.json({**result_message(result), "input_id": turn_input.input_id,
-                          "id_slot": self.lease.slot if self.pool is not None else None})
+            return await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
+                                         speech_end_ms=turn_input.speech_end_ms,
+                                         confirmed=confirmed)
+        base = self.runner.config
+        self.runner.config = dataclasses.replace(base, id_slot=self.lease.slot)
+        self.pool.begin(self.lease)
+        try:
+            return await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
+                                         speech_end_ms=turn_input.speech_end_ms,
+                                         confirmed=confirmed)
+        finally:
+            self.runner.config = base
+            self.pool.end(self.lease)
 
     async def claim_slot(self, given: str | None) -> bool:
         """This conversation's LLM slot (kept across turns); False after a queue timeout."""
@@ -371,13 +478,17 @@ class BrowserSession:
 
     # -- outgoing ---------------------------------------------------------------------
     def on_event(self, ev: Event) -> None:
-        self.outbox.json({"type": "event", "event": ev.to_dict(), "input_id": self.input_id})
+        # A speculation not yet confirmed may still be abandoned: the page keeps it hidden.
+        hidden = {"speculative": True} if self.speculator.unconfirmed() else {}
+        self.outbox.json({"type": "event", "event": ev.to_dict(), "input_id": self.input_id,
+                          **hidden})
         if ev.name == EventName.ASR_END:
             self.outbox.json({"type": "transcript", "turn": ev.turn,
-                              "text": ev.data.get("text", "")})
+                              "text": ev.data.get("text", ""), **hidden})
         elif ev.name == EventName.SENTENCE:
             self.outbox.json({"type": "sentence", "turn": ev.turn,
-                              "index": ev.data.get("index"), "text": ev.data.get("text")})
+                              "index": ev.data.get("index"), "text": ev.data.get("text"),
+                              **hidden})
 
 
 def input_id(msg: dict[str, Any]) -> str | None:
@@ -394,14 +505,18 @@ def result_message(result: TurnResult) -> dict[str, Any]:
               + [e.t for e in result.events] + [0.0])
     # The endpoint wait (the user's last voiced sample -> the end of the utterance, t = 0)
     # is its own span before t = 0.
+    # A speculative turn starts at the pause and its endpoint is confirmed later: the span
+    # runs from the last voiced sound across t = 0 to the confirmation.
     start = next((e for e in result.events if e.name == EventName.TURN_START), None)
     wait_ms = start.data.get("speech_end_ms") if start is not None else None
+    confirmed = next((e.t for e in result.events
+                      if e.name == EventName.SPECULATION_CONFIRMED), 0.0)
     if isinstance(wait_ms, int | float) and wait_ms > 0:
-        spans = {"endpoint": [(-wait_ms / 1000, 0.0)], **spans}
+        spans = {"endpoint": [(-wait_ms / 1000, confirmed)], **spans}
     return {"type": "turn.result", "turn": result.turn, "mode": result.mode,
             "transcript": result.transcript, "reply": result.reply, "heard": result.heard,
-            "interrupted": result.interrupted, "error": result.error,
-            "metrics": result.metrics.to_dict(),
+            "interrupted": result.interrupted, "abandoned": result.abandoned,
+            "error": result.error, "metrics": result.metrics.to_dict(),
             "timeline": {"start": round(min([a for row in spans.values() for a, _ in row]
                                             + [0.0]), 4),
                          "end": round(end, 4),

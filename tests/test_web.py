@@ -42,7 +42,11 @@ def tokens(text: str) -> list[str]:
 class FakeAsr:
     text = "How do I sleep better?"
 
+    def __init__(self) -> None:
+        self.heard: list[int] = []  # samples of every utterance it was given
+
     def transcribe(self, audio: np.ndarray) -> str:
+        self.heard.append(len(audio))
         return self.text if np.any(audio) else ""  # silence: nothing heard
 
 
@@ -80,6 +84,7 @@ class Web:
     client: TestClient[Any, Any]
     fake: FakeLlm
     tts: FakeTts
+    asr: FakeAsr
 
     @property
     def state(self) -> Any:
@@ -87,16 +92,22 @@ class Web:
 
 
 @pytest.fixture
-async def web_app() -> AsyncIterator[Web]:
-    tts = FakeTts()
+def speculate() -> bool:
+    return True  # serve's default; --no-speculate tests override this fixture
+
+
+@pytest.fixture
+async def web_app(speculate: bool) -> AsyncIterator[Web]:
+    tts, asr = FakeTts(), FakeAsr()
     async with FakeLlm(Reply(tokens=tokens(REPLY), token_delay=0.005)) as fake:
         llm = LlmClient(fake.url)
         await llm.__aenter__()
-        assistant = Assistant(FakeAsr(), tts, llm, fake.url)  # type: ignore[arg-type]
-        app = create_app(assistant, max_upload_bytes=UPLOAD_LIMIT, max_utterance_s=2.0)
+        assistant = Assistant(asr, tts, llm, fake.url)  # type: ignore[arg-type]
+        app = create_app(assistant, max_upload_bytes=UPLOAD_LIMIT, max_utterance_s=2.0,
+                         speculate=speculate)
         try:
             async with TestClient(TestServer(app)) as client:
-                yield Web(client, fake, tts)
+                yield Web(client, fake, tts, asr)
         finally:
             await llm.close()
 
@@ -328,6 +339,8 @@ async def test_ws_audio_turn_gives_a_transcript(web_app: Web) -> None:
     ('{"type": 3}', "malformed message: expected a JSON object"),
     ('{"type": "dance"}', "unknown message type 'dance'"),
     ('{"type": "audio.end"}', "audio.end without audio.begin"),
+    ('{"type": "audio.pause", "pause": 1}', "audio.pause without audio.begin"),
+    ('{"type": "audio.resume"}', "audio.resume without audio.begin"),
     ('{"type": "audio.begin", "sample_rate": "fast"}', "audio.begin: sample_rate must be"),
     ('{"type": "text", "text": "   "}', "text: \"text\" must be a non-empty string"),
     ('{"type": "text", "text": "' + "x" * 2001 + '"}', "text: longer than 2000"),
@@ -514,6 +527,218 @@ async def test_closing_the_page_mid_turn_hangs_up_and_forgets_the_session(
         await asyncio.wait(sessions, timeout=5)
     await asyncio.sleep(0)  # done-callbacks run on the next loop iteration
     assert not web_app.state.sessions
+
+
+# --- hands-free: speculation at a pause, the listening endpoint (services/web_live.py) ---
+VOICE = (np.sin(np.arange(16000) / 5) * 8000).astype("<i2").tobytes()  # 1 s of "speech"
+HALF = VOICE[:8000]  # 0.25 s: 4000 samples
+SILENCE = b"\0\0" * 3200  # 200 ms
+
+
+async def send_pcm(ws: aiohttp.ClientWebSocketResponse, pcm: bytes) -> None:
+    for i in range(0, len(pcm), 640):  # the page's 20 ms frames
+        await ws.send_bytes(pcm[i:i + 640])
+
+
+def is_endpoint(m: dict[str, Any]) -> bool:
+    return bool(m["type"] == "endpoint")
+
+
+def event_named(name: str) -> Any:
+    stage, event = name.split(".")
+    return lambda m: (m["type"] == "event" and m["event"]["stage"] == stage
+                      and m["event"]["event"] == event)
+
+
+async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    assert web_app.state.speculate
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, VOICE[:16000] + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    got = await receive_until(ws, is_endpoint)
+    endpoint = got.of("endpoint")[0]
+    # the policy on the speculative transcript: a question of 5 words
+    assert endpoint == {"type": "endpoint", "input_id": "c1", "pause": 1, "turn": 1,
+                        "wait_ms": 500, "reason": "question",
+                        "pitch_fall_st": endpoint["pitch_fall_st"]}
+    await ws.send_json({"type": "interrupt"})  # nothing audible yet: no barge-in
+    await receive_until(ws, event_named("tts.end"), into=got)
+    # Ready to play, but nothing reached the page, and all it saw is marked speculative.
+    assert not got.frames
+    assert got.events()[:2] == ["turn.start", "speculation.start"]
+    assert "speculation.endpoint" in got.events()
+    assert all(m.get("speculative") for m in got.messages
+               if m["type"] in ("event", "transcript", "sentence"))
+    await send_pcm(ws, SILENCE + SILENCE[:1600])  # the page's silence up to the endpoint
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
+    got = await receive_until(ws, is_result, into=got)
+    names = got.events()
+    assert "bargein.detected" not in names
+    assert names.index("speculation.confirmed") < names.index("playback.start")
+    assert got.audio_samples == web_app.tts.samples > 0  # the whole reply, after the end
+    confirmed = next(m for m in got.messages if event_named("speculation.confirmed")(m))
+    assert "speculative" not in confirmed and confirmed["event"]["endpoint_ms"] == 500
+    result = got.of("turn.result")[0]
+    assert result["turn"] == 1 and result["reply"] == REPLY and not result["abandoned"]
+    assert result["speculation"] == {"pauses": 1, "started": 1, "cancelled": 0,
+                                     "state": "confirmed", "wait_ms": 500,
+                                     "reason": "question", "endpoint_ms": 500.0}
+    # t = 0 is the pause: the endpoint span runs from the last voiced sound to the
+    # confirmation, across t = 0.
+    (a, b), = result["timeline"]["spans"]["endpoint"]
+    assert a == -0.2 and b == pytest.approx(confirmed["event"]["t"], abs=1e-3) and b > 0
+    m = result["metrics"]
+    assert m["speech_end_ms"] == 200 and m["speculation_confirmed_ms"] is not None
+    assert m["overhead_ms"] is not None
+    assert len(web_app.fake.requests) == 1
+    await ws.close()
+
+
+async def test_ws_speech_resuming_abandons_and_the_next_pause_speculates_again(
+        web_app: Web) -> None:
+    web_app.fake.reply = Reply(tokens=tokens(REPLY), token_delay=0.05)  # still streaming
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    got = await receive_until(ws, event_named("llm.first_token"))
+    await ws.send_json({"type": "audio.resume", "pause": 1, "silence_ms": 320})
+    got = await receive_until(ws, is_result, into=got)
+    abandoned = got.of("turn.result")[0]
+    assert abandoned["turn"] == 1 and abandoned["abandoned"]
+    assert abandoned["speculation"]["state"] == "cancelled"
+    names = got.events()
+    assert "playback.start" not in names and not got.frames  # nothing reached the page
+    cancelled = next(m["event"] for m in got.messages
+                     if event_named("speculation.cancelled")(m))
+    assert cancelled["reason"] == "speech resumed after 320 ms"
+    closed = next(m["event"] for m in got.messages if event_named("llm.closed")(m))
+    assert closed["reason"] == "speculation"
+    idle = next(m["event"] for m in got.messages if event_named("server.slot_idle")(m))
+    assert idle["confirmed"] is True  # the verified hang-up
+    assert (await web_app.fake.wait_disconnect()).outcome == "client_gone"
+
+    web_app.fake.reply = Reply(tokens=tokens(REPLY), token_delay=0.005)
+    await send_pcm(ws, HALF + SILENCE)  # the rest of the sentence, a pause again
+    await ws.send_json({"type": "audio.pause", "pause": 2, "silence_ms": 200})
+    got = await receive_until(ws, is_endpoint)
+    assert got.of("endpoint")[0]["pause"] == 2 and got.of("endpoint")[0]["turn"] == 2
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
+    got = await receive_until(ws, is_result, into=got)
+    result = got.of("turn.result")[0]
+    assert result["turn"] == 2 and result["reply"] == REPLY
+    assert result["speculation"]["pauses"] == 2 and result["speculation"]["started"] == 2
+    assert result["speculation"]["cancelled"] == 1
+    assert result["speculation"]["state"] == "confirmed"
+    # the second speculation had the longer audio: both halves and both pauses
+    assert web_app.asr.heard == [4000 + 3200, 2 * (4000 + 3200)]
+    # The abandoned speculation left nothing in the history: the next request holds one
+    # exchange before the new question.
+    await ws.send_json({"type": "text", "text": "and then?"})
+    await receive_until(ws, is_result)
+    roles = [m["role"] for m in web_app.fake.requests[-1].body["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+    await ws.close()
+
+
+async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio(
+        web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    got = await receive_until(ws, is_endpoint)
+    await ws.send_json({"type": "audio.resume", "pause": 1, "silence_ms": 250})
+    await send_pcm(ws, HALF)
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 150})  # no pause since
+    got = await receive_until(ws, lambda m: is_result(m) and not m["abandoned"], into=got)
+    first, fresh = got.of("turn.result")
+    assert first["speculation"]["state"] == "cancelled"
+    assert fresh["turn"] == 2 and fresh["reply"] == REPLY and fresh["input_id"] == "c1"
+    assert fresh["speculation"] == {"pauses": 1, "started": 1, "cancelled": 1,
+                                    "state": None, "wait_ms": 500, "reason": "question",
+                                    "endpoint_ms": None}
+    assert web_app.asr.heard[-1] == 4000 + 3200 + 4000
+    start = next(m for m in got.messages if event_named("turn.start")(m)
+                 and m["event"]["turn"] == 2)
+    assert "speculative" not in start and start["event"]["speech_end_ms"] == 150
+    await ws.close()
+
+
+async def test_ws_a_speculation_that_hears_nothing_is_dropped_unseen(web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, SILENCE * 3)  # noise the page took for a voice: Whisper hears nothing
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    got = await receive_until(ws, is_result)
+    dropped = got.of("turn.result")[0]
+    assert dropped["speculation"]["state"] == "dropped" and dropped["error"]
+    assert all(m.get("speculative") for m in got.of("event"))  # the page never shows it
+    await send_pcm(ws, HALF)
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
+    got = await receive_until(ws, is_result)
+    result = got.of("turn.result")[0]
+    assert result["turn"] == 2 and result["error"] is None and result["reply"] == REPLY
+    assert result["speculation"]["state"] is None
+    await ws.close()
+
+
+async def test_ws_no_pause_speculates_while_another_turn_runs(web_app: Web) -> None:
+    web_app.tts.seconds = 1.0
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "text", "text": "tell me a lot", "input_id": "c1"})
+    first = await receive_until(ws, event_named("playback.start"))
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c2"})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    web_app.tts.seconds = 0.1
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
+    got = await receive_until(ws, lambda m: is_result(m) and m["turn"] == 2, into=first)
+    assert not got.of("endpoint") and "speculation.start" not in got.events()
+    interrupted, answer = got.of("turn.result")
+    assert interrupted["interrupted"] and answer["input_id"] == "c2"
+    assert answer["speculation"]["pauses"] == 1 and answer["speculation"]["started"] == 0
+    await ws.close()
+
+
+@pytest.mark.parametrize("speculate", [False])
+async def test_ws_no_speculate_keeps_the_turn_for_the_end(web_app: Web) -> None:
+    ws = await web_app.client.ws_connect("/ws")
+    hello = await receive_until(ws, lambda m: m["type"] == "hello")
+    assert hello.of("hello")[0]["speculate"] is False
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    await send_pcm(ws, SILENCE * 2)
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
+    got = await receive_until(ws, is_result)
+    assert not got.of("endpoint") and "speculation.start" not in got.events()
+    result = got.of("turn.result")[0]
+    assert result["turn"] == 1 and result["reply"] == REPLY
+    assert result["speculation"]["started"] == 0
+    assert result["timeline"]["spans"]["endpoint"] == [[-0.7, 0.0]]
+    assert web_app.asr.heard == [4000 + 3 * 3200]  # one turn, on the whole utterance
+    await ws.close()
+
+
+@pytest.mark.parametrize("message, expected", [
+    ({"type": "audio.pause", "pause": 0}, "audio.pause: pause must be an integer >= 1"),
+    ({"type": "audio.pause", "pause": 1, "silence_ms": "x"},
+     "audio.pause: silence_ms must be a number"),
+    ({"type": "audio.resume", "silence_ms": -1}, "audio.resume: silence_ms must be a number"),
+])
+async def test_ws_bad_pause_messages_get_one_line(web_app: Web, message: dict[str, Any],
+                                                  expected: str) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF)
+    await ws.send_json(message)
+    error = (await receive_until(ws, is_error)).of("error")[0]
+    assert error["message"].startswith(expected) and error["input_id"] == "c1"
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
+    assert (await receive_until(ws, is_result)).of("turn.result")[0]["error"] is None
+    await ws.close()
 
 
 # --- the sink on its own -------------------------------------------------------------

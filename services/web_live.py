@@ -1,0 +1,194 @@
+"""Speculative start and the listening endpoint for one browser conversation.
+
+The page cuts its own utterances (services/static/endpointer.js). Hands-free, it also says
+when the user pauses (``audio.pause``: 200 ms of silence inside an utterance) and when the
+voice comes back (``audio.resume``). This is ``pipeline/live.py``'s turn-taking (``talk``)
+for a page that sends those cuts instead of a live frame stream:
+
+1. At a pause a turn starts on the audio so far with playback gated
+   (``TurnRunner.run(confirmed=...)``): Whisper, the LLM request and the first sentence's
+   TTS run, no audio reaches the page.
+2. When its transcript arrives (``asr.end``) the same ``EndpointPolicy`` as ``talk`` judges
+   it (text, Whisper's confidence, the pitch before the pause: ``pipeline/prosody.py``),
+   records ``speculation.endpoint`` and tells the page how much silence ends this
+   utterance (an ``endpoint`` message); the page waits that long instead of its fixed
+   700 ms.
+3. ``audio.end``: ``speculation.confirmed``, and the turn plays from where it got to. The
+   audio after the pause is silence by the page's count (speech did not resume, or the
+   page would have said so first), so the turn already holds the whole utterance.
+   ``audio.resume`` (or ``audio.cancel``): ``TurnRunner.abandon()``, the verified hang-up
+   (stream closed, slot confirmed idle, nothing played or kept in the history); the next
+   pause speculates again on the longer audio, queued behind the abandoned turn.
+
+``PageSpeculator`` holds that state for one session; ``BrowserSession`` runs the turns (one
+queue, one slot) and asks it what each message means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.endpoint import EndpointDecision, EndpointPolicy
+from pipeline.events import Event, EventName
+from pipeline.prosody import ProsodyCue, final_cue
+from pipeline.tasks import TaskSet
+
+if TYPE_CHECKING:
+    from pipeline.turn import TurnResult, TurnRunner
+    from services.ws_sink import Outbox
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UtteranceSpeculation:
+    """What speculation did over one utterance (``turn.result``'s ``speculation``)."""
+
+    pauses: int = 0  # audio.pause messages
+    started: int = 0  # speculative turns started on them
+    cancelled: int = 0  # abandoned because speech resumed (or the utterance was dropped)
+    state: str | None = None  # how the answering turn came about: confirmed / fresh
+    decision: EndpointDecision | None = None  # the last endpoint told to the page
+    endpoint_ms: float | None = None  # the page's silence when it ended the utterance
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.decision
+        return {"pauses": self.pauses, "started": self.started, "cancelled": self.cancelled,
+                "state": self.state, "wait_ms": d.wait_ms if d else None,
+                "reason": str(d.reason) if d else None, "endpoint_ms": self.endpoint_ms}
+
+
+@dataclass
+class Speculation:
+    """One speculative turn, started at pause number ``pause`` of an utterance."""
+
+    utterance: UtteranceSpeculation
+    input_id: str | None
+    pause: int  # the page's number for this pause within the utterance
+    silence_ms: float  # the page's silence at the pause: last voiced frame -> t0
+    t0: float
+    confirmed: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: bool = False
+    running: bool = False  # between TurnRunner.run's start and return
+    finished: bool = False  # its turn ended (whatever way)
+    cue: asyncio.Future[ProsodyCue] | None = None  # the pitch at the pause, in a thread
+
+    @property
+    def live(self) -> bool:
+        """Still able to become the answer: neither dropped nor ended."""
+        return not self.cancelled and not self.finished
+
+
+class PageSpeculator:
+    def __init__(self, runner: TurnRunner, outbox: Outbox, *, enabled: bool = True,
+                 policy: EndpointPolicy | None = None) -> None:
+        self.runner, self.outbox = runner, outbox
+        self.enabled = enabled
+        self.policy = policy or EndpointPolicy()
+        self.current: Speculation | None = None  # of the open utterance
+        self.running: Speculation | None = None  # whose turn TurnRunner runs now
+        self.tasks = TaskSet("page-speculation")
+
+    # -- the page's messages ----------------------------------------------------------------
+    def pause(self, utterance: UtteranceSpeculation, input_id: str | None, pause: int,
+              silence_ms: float, free: bool) -> Speculation | None:
+        """A pause in the open utterance: the speculation to run, or None. ``free``: no
+        other turn runs or waits (an abandoned one finishing its hang-up does not count)."""
+        utterance.pauses += 1
+        if not self.enabled or not free or (self.current is not None and self.current.live):
+            return None
+        spec = Speculation(utterance, input_id, pause, silence_ms, time.monotonic())
+        self.current = spec
+        utterance.started += 1
+        return spec
+
+    def resume(self, reason: str) -> None:
+        """The voice came back (or the utterance was dropped): abandon the speculation."""
+        spec, self.current = self.current, None
+        if spec is None or not spec.live:
+            return
+        log.info("speculation dropped: %s", reason)
+        spec.cancelled = True
+        spec.utterance.cancelled += 1
+        if spec.running:  # not started yet: run_turn finds it cancelled and skips it
+            self.runner.abandon(reason)
+
+    def end(self, endpoint_ms: float) -> bool:
+        """The page ended the utterance: True if its speculation is confirmed (no new
+        turn); False when there is none to confirm (a fresh turn on the whole audio)."""
+        spec, self.current = self.current, None
+        if spec is None or not spec.live:
+            return False
+        spec.utterance.state = "confirmed"
+        spec.utterance.endpoint_ms = endpoint_ms
+        spec.confirmed.set()
+        if spec.running:
+            self._note_confirmed(spec)  # else at its speculation.start
+        return True
+
+    def unconfirmed(self) -> bool:
+        """A speculative turn runs whose audio the page must not get yet."""
+        spec = self.running
+        return spec is not None and not spec.confirmed.is_set()
+
+    # -- the turn ---------------------------------------------------------------------------
+    def started(self, spec: Speculation, audio: np.ndarray) -> bool:
+        """Its turn is about to run on ``audio``: False if it was dropped meanwhile."""
+        if spec.cancelled:
+            return False
+        spec.running = True
+        self.running = spec
+        spec.cue = asyncio.ensure_future(asyncio.to_thread(final_cue, audio))
+        return True
+
+    def finished(self, spec: Speculation, result: TurnResult | None) -> str | None:
+        """Its turn ended (``result`` None: it never ran): None if it is the answer, else
+        why not (``cancelled``: speech resumed; ``dropped``: it failed, was interrupted or
+        could not run before the endpoint). The end of the utterance then starts a turn."""
+        spec.running, spec.finished = False, True
+        if self.running is spec:
+            self.running = None
+        if spec.confirmed.is_set() and result is not None:
+            return None
+        return "cancelled" if spec.cancelled or (result and result.abandoned) else "dropped"
+
+    def on_event(self, ev: Event) -> None:
+        """Listener: the speculative transcript decides the endpoint."""
+        spec = self.running
+        if spec is None:
+            return
+        if ev.name == EventName.SPECULATION_START and spec.confirmed.is_set():
+            self._note_confirmed(spec)  # the page ended the utterance before it started
+        elif ev.name == EventName.ASR_END and not spec.confirmed.is_set():
+            self.tasks.spawn(f"endpoint{ev.turn}", self._decide(spec, ev))
+
+    async def _decide(self, spec: Speculation, asr_end: Event) -> None:
+        assert spec.cue is not None
+        cue = await spec.cue
+        if self.running is not spec or spec.cancelled or spec.confirmed.is_set():
+            return  # the page already ended or resumed: nothing left to tell it
+        logprob = asr_end.data.get("avg_logprob")
+        decision = self.policy.decide(str(asr_end.data.get("text", "")),
+                                      float(logprob) if logprob is not None else None, cue)
+        spec.utterance.decision = decision
+        self.runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms,
+                         reason=str(decision.reason), pitch_fall_st=round(cue.fall_st, 1))
+        self.outbox.json({"type": "endpoint", "input_id": spec.input_id, "pause": spec.pause,
+                          "turn": asr_end.turn, "wait_ms": decision.wait_ms,
+                          "reason": str(decision.reason),
+                          "pitch_fall_st": round(cue.fall_st, 1)})
+
+    def _note_confirmed(self, spec: Speculation) -> None:
+        self.runner.note(EventName.SPECULATION_CONFIRMED,
+                         endpoint_ms=round(spec.utterance.endpoint_ms or 0.0),
+                         ahead_ms=round((time.monotonic() - spec.t0) * 1000))
+
+    async def close(self) -> None:
+        self.resume("conversation ended")
+        await self.tasks.cancel_all()
