@@ -175,6 +175,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def pct(values: Sequence[float], q: float) -> float | None:
+    """The benchmark tables' figure: the q-quantile (q in 0..1), interpolated as
+    ``percentile``, to 0.1; None when there is nothing to summarize."""
+    return round(percentile(values, q * 100), 1) if values else None
+
+
 def summarize(turns: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """p50/p95/mean of every numeric metric over a set of turns."""
     columns: dict[str, list[float]] = {}

@@ -30,7 +30,7 @@ from pipeline.audio_in import SAMPLE_RATE
 from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation, Message
 from pipeline.events import Event, EventName, EventRecorder, Listener
-from pipeline.heard import HeardText
+from pipeline.heard import HeardText, worth_keeping
 from pipeline.llm_caps import NOT_VERIFIABLE
 from pipeline.llm_client import (
     ChatOptions,
@@ -318,11 +318,12 @@ class _Turn:
             result.heard = self.heard.heard_text() if result.interrupted else result.reply
             kept = self.heard.heard_raw() if result.interrupted else result.reply
             # Not kept: an abandoned speculation (the user was not done talking), a reply
-            # cut before a word of it was heard, and one with nothing to say aloud ("...").
-            # SmolLM2 copies what it sees: a lone "…" in the history made it answer "…" to
-            # the next questions (a serve soak: 7 of 8 turns); a kept "..." would invite
-            # the same.
-            if not self.abandoned and not (result.interrupted and not result.heard) \
+            # cut before MIN_KEPT_WORDS of it were heard, and one with nothing to say
+            # aloud ("..."). SmolLM2 copies what it sees: a lone "…" in the history made it
+            # answer "…" to the next questions (a serve soak: 7 of 8 turns), kept "The…"
+            # fragments made it answer "The"; a kept "..." would invite the same.
+            if not self.abandoned and not (result.interrupted
+                                           and not worth_keeping(result.heard)) \
                     and not self.nothing_aloud():
                 self.runner.conversation.commit(sent, kept)
                 result.committed = True
@@ -331,7 +332,8 @@ class _Turn:
         except (TurnError, LlmError) as e:
             result.error = str(e)
             self.rec.emit(EventName.TURN_ERROR, message=result.error)
-            if self.cut is not None and sent is not None and self.heard.heard_text():
+            if self.cut is not None and sent is not None \
+                    and worth_keeping(self.heard.heard_text()):
                 # The stream was cut mid-reply (server died): the history keeps what
                 # the user heard, marked as cut, like a barge-in.
                 result.reply = self.heard.reply(complete=False)

@@ -43,6 +43,7 @@ from pipeline.asr import (  # noqa: E402
     repeated_phrase,
 )
 from pipeline.audio_in import SAMPLE_RATE, load_wav  # noqa: E402
+from pipeline.metrics import pct  # noqa: E402
 from pipeline.speech_gate import GateConfig, vad_verdict, whisper_verdict  # noqa: E402
 
 CLIPS = ROOT / "out" / "gate_clips"
@@ -67,11 +68,6 @@ def wer(pairs: list[tuple[str, str]]) -> tuple[float, int, int]:
     errors = sum(edits(words(r), words(h)) for r, h in pairs)
     total = sum(len(words(r)) for r, _ in pairs)
     return errors / max(1, total), errors, total
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def speech_clips(clips_dir: Path) -> list[tuple[str, str, str, np.ndarray]]:

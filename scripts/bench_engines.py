@@ -37,17 +37,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from pipeline.metrics import pct  # noqa: E402
 
 METRICS = ("asr_ms", "ttft_ms", "first_sentence_ms", "tts_first_ms", "first_audio_ms",
            "overhead_ms")
 CONDITIONS = ("local", "local-as-servers", "wyoming")
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))], 1)
 
 
 def free_port() -> int:

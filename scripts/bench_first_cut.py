@@ -36,14 +36,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from soak import QUESTIONS as SOAK_QUESTIONS  # noqa: E402
 
+from pipeline.metrics import pct  # noqa: E402
+
 QUESTIONS = SOAK_QUESTIONS[:16]  # the soak's questions: everyday requests, varied openings
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:

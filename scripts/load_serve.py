@@ -34,6 +34,9 @@ from typing import Any
 import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from pipeline.metrics import pct  # noqa: E402
+
 SAMPLES = sorted((ROOT / "samples").glob("*.wav"))
 
 
@@ -42,13 +45,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    values = sorted(values)
-    return round(values[min(len(values) - 1, int(round(q * (len(values) - 1))))], 1)
 
 
 def proc_stats(pid: int | None) -> dict[str, Any]:
@@ -150,7 +146,6 @@ async def level(url: str, n: int, turns: int, limit_s: float, pid: int | None
 
 def start_stack(slots: int, ctx: int) -> tuple[str, list[int], Any]:
     """Our own llama-server (-np slots) and serve; returns serve's URL and the pids."""
-    sys.path.insert(0, str(ROOT))
     from services.llama_server import LlamaServer, ServerOptions
 
     state = tempfile.TemporaryDirectory(prefix="load-serve-")

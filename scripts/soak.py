@@ -118,7 +118,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                       "slot_idle": idle[0] if idle else None, "late_idle_s": late_idle_s,
                       "first_audio_ms": result.metrics.first_audio_ms,
                       "reply_chars": result.metrics.reply_chars,
-                      "playback_s": _playback_s(result.events)})
+                      "playback_s": _playback_s(result.events),
+                      # what was said and kept: a degenerating conversation shows here
+                      "reply": result.reply[:80], "heard": result.heard[:80],
+                      "kept": result.committed})
         if (i + 1) % 20 == 0:
             samples.append({"turn": i + 1, **resources()})
             print(f"soak: {i + 1}/{args.turns} turns, {samples[-1]}", file=sys.stderr)

@@ -35,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_serve import SAMPLES, health, proc_stats, start_stack  # noqa: E402
 from soak import SHORT_REPLY_CHARS, passed, resource_table  # noqa: E402
 
+from pipeline.heard import worth_keeping  # noqa: E402
+
 WAVS = {wav: wav.read_bytes() for wav in SAMPLES}
 
 
@@ -95,14 +97,16 @@ async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
     if interrupter is not None:  # the player goes on after the stream has ended
         await interrupter
         async with http.get(f"{url}/v1/sessions/{sid}") as resp:
-            history = (await resp.json())["history"]
-        record["hung_up"] = record.get("interrupt_answer") is True
+            described = await resp.json()
+        history = described["history"]
+        heard = described["records"][-1]["heard"]  # after a cut made once the turn was over
+        record.update(hung_up=record.get("interrupt_answer") is True, heard=heard[:80],
+                      heard_chars=len(heard))
         # What the client played is what the history says was said: the reply marked as
-        # cut, or, when none of it was heard, the turn not kept at all.
+        # cut, or, when too little of it was heard, the turn not kept at all.
         kept_this = len(history) >= 2 and history[-2]["content"] == record.get("transcript")
-        record["history_cut"] = (history[-1]["content"].endswith("…") if kept_this
-                                 else record.get("heard_chars") == 0
-                                 or record.get("cut") is True)
+        record["history_cut"] = (history[-1]["content"].endswith("…") and worth_keeping(heard)
+                                 if kept_this else not worth_keeping(heard))
     return record
 
 

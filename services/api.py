@@ -34,6 +34,7 @@ from aiohttp import web
 from pipeline.audio_out import InstantSink
 from pipeline.bargein import BargeIn
 from pipeline.events import Event, EventName
+from pipeline.heard import worth_keeping
 from services.api_slots import Lease, QueueTimeout, SlotPool
 
 if TYPE_CHECKING:
@@ -159,11 +160,12 @@ class ApiSession:
             return False
         heard = last.spoken.heard_text()
         history = self.runner.conversation
-        # Nothing heard: the pair goes, as a turn barged in on before its first word.
-        if not (history.amend_last_reply(last.spoken.heard_raw()) if heard
+        keep = worth_keeping(heard)
+        # Too little heard: the pair goes, as for a turn barged in on that early.
+        if not (history.amend_last_reply(last.spoken.heard_raw()) if keep
                 else history.drop_last_turn()):
             return False
-        last.heard, last.interrupted, last.committed = heard, True, bool(heard)
+        last.heard, last.interrupted, last.committed = heard, True, keep
         if self.records:
             self.records[-1].update(heard=last.heard, played_samples=played)
         return True

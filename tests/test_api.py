@@ -235,6 +235,19 @@ async def test_a_client_that_played_less_than_it_got_cuts_the_history_there(
     assert (await again.json())["cut"] is False
 
 
+async def test_a_reply_heard_for_fewer_than_four_words_is_not_kept(api_app: Api) -> None:
+    sid = await api_app.create()
+    await api_app.turn(sid)
+    per_sentence = int(0.5 * TTS_RATE)  # FakeTts(0.5); "Sleep at the same time every day."
+    resp = await api_app.client.post(f"/v1/sessions/{sid}/interrupt",
+                                     json={"played_samples": per_sentence * 14 // 33})
+    assert (await resp.json())["cut"] is True
+    described = await (await api_app.client.get(f"/v1/sessions/{sid}")).json()
+    # "Sleep at the" was heard: SmolLM2 copies such fragments, so the pair goes
+    assert described["records"][-1]["heard"] == "Sleep at the"
+    assert described["history"] == []
+
+
 async def test_played_samples_told_mid_turn_cut_the_result_it_ends_with(
         two_slot_fake: Api) -> None:
     api = two_slot_fake

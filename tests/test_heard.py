@@ -1,6 +1,6 @@
 """What the user heard: history truncation exact to the played samples."""
 
-from pipeline.heard import INTERRUPTED_MARK, HeardText
+from pipeline.heard import INTERRUPTED_MARK, HeardText, worth_keeping
 
 
 def make(raw: str, sentences: list[str], samples: list[int]) -> HeardText:
@@ -97,3 +97,12 @@ def test_a_cut_reply_is_kept_marked_but_sent_without_the_mark() -> None:
     assert [m["content"] for m in sent[1:]] == ["Tips?", "Sleep at the same", "More?",
                                                 "Keep it cool.", "And?"]
     assert c.messages_for("And?") == sent  # the same prefix every turn: the cache holds
+
+
+def test_a_cut_reply_is_worth_keeping_from_four_words_heard() -> None:
+    assert not worth_keeping("")
+    assert not worth_keeping("The key to")
+    assert worth_keeping("The key to tea")
+    h = make(RAW, SENTS, [1000, 1000, 1000])
+    h.set_played(0, 400)  # "Sleep at the same time." -> "Sleep at"
+    assert h.heard_text() == "Sleep at" and not worth_keeping(h.heard_text())

@@ -57,6 +57,13 @@ class FakeTts:
         """Instant synthesis: nothing is ever running to abort."""
 
 
+class SlowVoice(FakeTts):
+    """20 ms of audio per character: room to barge in mid-sentence."""
+
+    def synthesize(self, text: str) -> np.ndarray:
+        return np.repeat(super().synthesize(text), 10)
+
+
 AUDIO = np.zeros(RATE, dtype=np.float32)
 
 
@@ -219,14 +226,17 @@ async def test_no_speech_is_a_turn_error_not_a_crash(slow_fake) -> None:
 
 async def test_interrupt_silences_hangs_up_and_keeps_what_was_heard(slow_fake) -> None:
     fake, client = slow_fake
-    runner = await make_runner(fake, client, max_sentences=None)
+    fake.reply = Reply(tokens=tokens(*SENTENCES), token_delay=0.08)  # still running at 0.4 s
+    runner = await make_runner(fake, client, tts=SlowVoice(), max_sentences=None)
     speaking = asyncio.Event()
     runner.listeners.append(lambda e: speaking.set() if e.name == "playback.start" else None)
 
     async def barge_in() -> None:
         await speaking.wait()
         assert runner.speaking
-        await asyncio.sleep(0.03)  # mid-way through the first sentence (66 ms of audio)
+        # 0.40 of the first sentence's 0.66 s: "Sleep at the same", the fourth word heard
+        # from 0.36 s on (fewer are not kept)
+        await asyncio.sleep(0.4)
         assert runner.interrupt("test")
 
     task = asyncio.create_task(barge_in())
@@ -318,6 +328,28 @@ async def test_a_playing_turn_cannot_be_abandoned(slow_fake) -> None:
     assert not runner.abandon()
     result = await asyncio.wait_for(task, 10)
     assert not result.abandoned and result.error is None
+
+
+async def test_a_reply_cut_after_a_word_or_two_is_not_kept(slow_fake) -> None:
+    fake, client = slow_fake
+    fake.reply = Reply(tokens=tokens(*SENTENCES), token_delay=0.08)
+    runner = await make_runner(fake, client, tts=SlowVoice(), max_sentences=None)
+    await runner.run(text="first")
+    history = list(runner.conversation.history)
+    speaking = asyncio.Event()
+    runner.listeners.append(lambda e: speaking.set() if e.name == "playback.start" else None)
+
+    async def barge_in() -> None:
+        await speaking.wait()
+        await asyncio.sleep(0.15)  # "Sleep" of the first sentence (4 words take 0.36 s)
+        assert runner.interrupt("test")
+
+    task = asyncio.create_task(barge_in())
+    result = await asyncio.wait_for(runner.run(text="second"), 10)
+    await task
+    assert result.interrupted and result.heard and not result.committed
+    assert len(result.heard.split()) < 4
+    assert runner.conversation.history == history  # no "Sleep…" for the model to copy
 
 
 async def test_a_reply_cut_before_a_word_was_heard_is_not_kept(slow_fake) -> None:
