@@ -4,22 +4,30 @@ Chromium's fake microphone speaks ``samples/01_sleep_tips.wav`` once (``%noloop`
 page is driven over the DevTools protocol with aiohttp's WebSocket client (no Playwright):
 real clicks on the page's buttons, then the page's own state (``window.voiceLlm``) and DOM
 are read back. Screenshots land in the test's tmp dir (paths printed with ``-s``).
+
+A second Chromium speaks the same question with a pause inside it ("What are … three tips
+for sleeping better?"): hands-free, the page reports the pause, the server speculates on
+"What are", abandons that when the voice comes back, speculates again at the end and the
+confirmed turn answers (services/web_live.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import shutil
 import socket
 import subprocess
+import wave
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 import pytest_asyncio
 
@@ -135,21 +143,20 @@ async def service(llama_server: Any) -> AsyncIterator[str]:
         await assistant.close()
 
 
-@pytest.fixture(scope="module")
-def chromium(chromium_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """Headless Chromium whose microphone speaks VOICE_WAV once; yields the DevTools port."""
-    profile = tmp_path_factory.mktemp("chromium-profile")
+@contextlib.contextmanager
+def launch_chromium(binary: str, profile: Path, wav: Path) -> Iterator[int]:
+    """Headless Chromium whose microphone speaks ``wav`` once; yields the DevTools port."""
     port = free_port()
     log = (profile / "chromium.log").open("w")
     proc = subprocess.Popen(
-        [chromium_bin, "--headless=new", "--no-sandbox", "--disable-gpu",
+        [binary, "--headless=new", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-quic", "--no-first-run", f"--user-data-dir={profile}",
          # several tabs talk at once (tests/test_web_three.py): none may be throttled
          "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
          "--disable-backgrounding-occluded-windows",
          "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-         f"--use-file-for-fake-audio-capture={VOICE_WAV}%noloop",
+         f"--use-file-for-fake-audio-capture={wav}%noloop",
          "--window-size=1000,1400", f"--remote-debugging-port={port}", "about:blank"],
         stdout=subprocess.DEVNULL, stderr=log)
     try:
@@ -164,8 +171,16 @@ def chromium(chromium_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         log.close()
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def page(chromium: int, service: str) -> AsyncIterator[Cdp]:
+@pytest.fixture(scope="module")
+def chromium(chromium_bin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """Headless Chromium whose microphone speaks VOICE_WAV once; yields the DevTools port."""
+    with launch_chromium(chromium_bin, tmp_path_factory.mktemp("chromium-profile"),
+                         VOICE_WAV) as port:
+        yield port
+
+
+@contextlib.asynccontextmanager
+async def open_page(chromium: int, url: str) -> AsyncIterator[Cdp]:
     async with aiohttp.ClientSession() as http:
         targets: list[dict[str, Any]] = []
         for _ in range(100):  # Chromium takes a moment to open its DevTools port
@@ -182,7 +197,7 @@ async def page(chromium: int, service: str) -> AsyncIterator[Cdp]:
             cdp = Cdp(ws)
             await cdp.call("Runtime.enable")
             await cdp.call("Page.enable")
-            await cdp.call("Page.navigate", url=service)
+            await cdp.call("Page.navigate", url=url)
             await cdp.wait_for("window.voiceLlm && voiceLlm.connected", 20, "the WebSocket")
             try:
                 yield cdp
@@ -190,7 +205,47 @@ async def page(chromium: int, service: str) -> AsyncIterator[Cdp]:
                 cdp.reader.cancel()
 
 
-RESULTS = "voiceLlm.log.filter(m => m.type === 'turn.result')"
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def page(chromium: int, service: str) -> AsyncIterator[Cdp]:
+    async with open_page(chromium, service) as cdp:
+        yield cdp
+
+
+def with_a_pause(wav: Path, out: Path, at_s: float = 0.8, pause_ms: int = 350) -> Path:
+    """``wav`` with digital silence inserted at the quietest 20 ms around ``at_s``: a gap
+    between two words, so the words stay whole. 350 ms of it (with the gap's own ~40 ms)
+    is past the page's 200 ms pause and short of every endpoint the server can give
+    (500 ms and up) and of the page's 700 ms fallback: the utterance goes on."""
+    with wave.open(str(wav), "rb") as r:
+        params, frames = r.getparams(), r.readframes(r.getnframes())
+    samples = np.frombuffer(frames, dtype="<i2")
+    rate, step = params.framerate, params.framerate // 50
+    first = int((at_s - 0.1) * rate) // step
+    energy = [float(np.abs(samples[i * step:(i + 1) * step]).mean())
+              for i in range(first, first + 10)]
+    cut = (first + int(np.argmin(energy))) * step + step // 2
+    silence = np.zeros(rate * pause_ms // 1000, dtype="<i2")
+    with wave.open(str(out), "wb") as w:
+        w.setparams(params)
+        w.writeframes(np.concatenate([samples[:cut], silence, samples[cut:]]).tobytes())
+    return out
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def paused_page(chromium_bin: str, service: str,
+                      tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cdp]:
+    """A second Chromium whose microphone asks the question with a pause inside it."""
+    profile = tmp_path_factory.mktemp("chromium-paused")
+    wav = with_a_pause(VOICE_WAV, profile.parent / "paused_question.wav")
+    with launch_chromium(chromium_bin, profile, wav) as port:
+        async with open_page(port, service) as cdp:
+            yield cdp
+
+
+# Answered turns: a speculation the user talked on through has a result too (to drop its
+# hidden view), but it was never a turn of the conversation.
+RESULTS = ("voiceLlm.log.filter(m => m.type === 'turn.result' && !(m.speculation && "
+           "['cancelled', 'dropped'].includes(m.speculation.state)))")
 
 
 async def test_a_spoken_question_gets_a_spoken_answer_and_a_timeline(
@@ -209,25 +264,29 @@ async def test_a_spoken_question_gets_a_spoken_answer_and_a_timeline(
     assert stats["samplesScheduled"] == stats["samplesReceived"]  # every frame was played
     await page.wait_for("voiceLlm.state === 'listening'", 10, "listening again")
 
+    # the pause at the end of the question started the turn that answered it
+    assert result["speculation"]["state"] == "confirmed"
     dom = await page.js("""(() => {
-        const turn = document.querySelector('.turn[data-turn="1"]');
+        const turn = document.querySelector('.turn[data-turn="TURN"]');
         return {you: turn.querySelector('.you .text').textContent,
                 bot: turn.querySelector('.bot .text').textContent,
                 rows: [...turn.querySelectorAll('.tl-row')].map(r => r.dataset.stage),
                 bars: [...turn.querySelectorAll('.tl-bar')].map(b => b.className),
                 chips: turn.querySelector('.chips').textContent,
                 status: document.querySelector('#status-text').textContent};
-    })()""")
+    })()""".replace("TURN", str(result["turn"])))
     assert dom["you"] == result["transcript"]
     assert dom["bot"].strip()
-    # hands-free: the endpoint wait is its own span before t = 0
+    # hands-free: the endpoint wait is its own span from the last voiced sound; t = 0 is
+    # the pause the speculation started on, so it runs on to the confirmation
     assert dom["rows"] == ["endpoint", "asr", "llm", "tts", "playback"]
     (wait_start, wait_end), = result["timeline"]["spans"]["endpoint"]
-    assert wait_start == result["timeline"]["start"] < 0 == wait_end
+    assert wait_start == result["timeline"]["start"] < 0 < wait_end
     assert result["metrics"]["first_audio_from_speech_end_ms"] > \
         result["metrics"]["first_audio_ms"]
     assert {"tl-bar asr", "tl-bar llm", "tl-bar tts", "tl-bar playback"} <= set(dom["bars"])
     assert "first audio" in dom["chips"] and "end-of-speech wait" in dom["chips"]
+    assert "speculative, endpoint" in dom["chips"]
     assert dom["status"] == "listening"
     names = await page.js("voiceLlm.log.filter(m => m.type === 'event')"
                           ".map(m => m.event.stage + '.' + m.event.event)")
@@ -250,7 +309,7 @@ async def test_push_to_talk_sends_what_was_said_while_the_button_was_held(
     await page.call("Input.dispatchMouseEvent", type="mousePressed", x=box[0], y=box[1],
                     button="left", clickCount=1)
     await page.wait_for("voiceLlm.state === 'hearing'", 5, "recording while held")
-    await asyncio.sleep(3.0)  # the WAV is 2.5 s
+    await asyncio.sleep(3.0)  # the WAV is 2.5 s (push-to-talk reports no pauses)
     await page.call("Input.dispatchMouseEvent", type="mouseReleased", x=box[0], y=box[1],
                     button="left", clickCount=1)
     result = await page.wait_for(f"{RESULTS}[1]", 120, "the push-to-talk turn")
@@ -275,12 +334,12 @@ async def test_the_interrupt_button_silences_the_page_at_once(
     assert after["state"] == "interrupted"  # the page went silent before the server answered
     result = await page.wait_for(f"{RESULTS}[2]", 30, "the interrupted turn's result")
     assert result["interrupted"]
-    events = await page.js("voiceLlm.log.filter(m => m.type === 'event' && m.event.turn === 3)"
-                           ".map(m => m.event)")
+    events = await page.js("voiceLlm.log.filter(m => m.type === 'event' && m.event.turn === "
+                           f"{result['turn']}).map(m => m.event)")
     detected = next(e for e in events if e["stage"] == "bargein")
     assert detected["source"] == "browser"
     assert any(e["stage"] == "llm" and e["event"] == "closed" for e in events)
-    assert await page.js("document.querySelector('.turn[data-turn=\"3\"] .tag')"
+    assert await page.js(f"document.querySelector('.turn[data-turn=\"{result['turn']}\"] .tag')"
                          ".textContent") == "interrupted"
     await page.screenshot(tmp_path / "interrupted.png")
 
@@ -305,3 +364,49 @@ async def test_speaking_over_the_assistant_barges_in_hands_free(
     answer = await page.wait_for(f"{RESULTS}[4]", 120, "the spoken question's turn")
     assert "sleep" in answer["transcript"].lower() and answer["error"] is None
     await page.screenshot(tmp_path / "voice-barge-in.png")
+
+
+async def test_a_pause_inside_the_question_is_speculated_on_dropped_and_the_end_answers(
+        paused_page: Cdp, tmp_path: Path) -> None:
+    page = paused_page
+    assert await page.js("voiceLlm.speculate") is True  # hello: the server speculates
+    await page.click("#start")  # hands-free: "What are … three tips for sleeping better?"
+    await page.wait_for("voiceLlm.micOn", 10, "the microphone")
+    result = await page.wait_for(f"{RESULTS}[0]", 120, "the answer")
+    assert result["error"] is None, result["error"]
+    assert "sleep" in result["transcript"].lower() and result["reply"].strip()
+    # The pause inside started a speculation, the voice coming back dropped it, the pause
+    # at the end started the one that answered; one utterance, one answer.
+    spec = result["speculation"]
+    assert spec["state"] == "confirmed"
+    assert spec["pauses"] >= 2 and spec["started"] >= 2 and spec["cancelled"] >= 1
+    stats = await page.js("voiceLlm.stats")
+    assert stats["utterancesSent"] == 1 and stats["pausesSent"] == spec["pauses"]
+    assert stats["speculationsConfirmed"] == 1
+    assert stats["samplesScheduled"] == stats["samplesReceived"] > 0  # it was played
+    # An abandoned speculation that ran played nothing and is not on the page.
+    dropped = await page.js("voiceLlm.log.filter(m => m.type === 'turn.result' && "
+                            "m.speculation && m.speculation.state === 'cancelled')")
+    assert len(dropped) <= spec["cancelled"]
+    assert all(m["abandoned"] and m["metrics"]["first_audio_ms"] is None for m in dropped)
+    names = await page.js("voiceLlm.log.filter(m => m.type === 'event' && m.event.turn === "
+                          f"{result['turn']}).map(m => m.event.stage + '.' + m.event.event)")
+    assert names.index("speculation.start") < names.index("speculation.confirmed") \
+        < names.index("playback.start")
+    # The page ended the utterance at the server's endpoint when it came in time, else at
+    # its 700 ms fallback; either way only after the voice had stopped for good.
+    end = await page.js("voiceLlm.lastEnd")
+    assert end["pauses"] == spec["pauses"]
+    if end["endpointMs"] is not None:
+        assert end["endpointMs"] == spec["wait_ms"] and end["trailingMs"] >= end["endpointMs"]
+    else:
+        assert end["trailingMs"] >= 700
+    assert spec["endpoint_ms"] == end["trailingMs"]
+    await page.wait_for("voiceLlm.state === 'listening'", 10, "listening again")
+    dom = await page.js("""(() => ({
+        turns: [...document.querySelectorAll('.turn')].map(t => t.dataset.turn),
+        hidden: document.querySelectorAll('.turn[hidden], .turn[data-speculative]').length,
+        chips: document.querySelector('.turn .chips').textContent}))()""")
+    assert dom["turns"] == [str(result["turn"])] and dom["hidden"] == 0
+    assert "speculative, endpoint" in dom["chips"] and "speculations dropped" in dom["chips"]
+    await page.screenshot(tmp_path / "speculated-turn.png")

@@ -4,7 +4,10 @@
 // Test hooks: window.voiceLlm (the session).
 import { capture } from "./capture.js";
 import { connect, send } from "./connection.js";
-import { addNote, forgetPending, pendingView, showError, turnView } from "./conversation.js";
+import {
+  addNote, discardView, forgetPending, pendingView, revealView, showError, speculativeView,
+  turnView,
+} from "./conversation.js";
 import { ui } from "./dom.js";
 import { player } from "./player.js";
 import { busy, nextInputId, session } from "./session.js";
@@ -19,11 +22,13 @@ function onMessage(msg) {
   switch (msg.type) {
     case "hello":
       session.limits = msg.limits;
+      session.speculate = msg.speculate === true;
       ui.session.textContent = `session ${msg.session}`;
       break;
     case "audio.format": player.setFormat(msg); break;
     case "audio.stop": player.flush(); refreshState(); break;
-    case "event": onEvent(msg.event, msg.input_id); break;
+    case "event": onEvent(msg.event, msg.input_id, msg.speculative === true); break;
+    case "endpoint": capture.onEndpoint(msg); break;
     case "transcript": turnView(msg.turn).setTranscript(msg.text); break;
     case "sentence": turnView(msg.turn).addSentence(msg.index, msg.text); break;
     case "turn.result": onResult(msg); break;
@@ -39,9 +44,27 @@ function restoreLabel() {
   if (session.label != null) { ui.session.textContent = session.label; session.label = null; }
 }
 
-function onEvent(ev, inputId) {
+function onEvent(ev, inputId, speculative) {
   const name = `${ev.stage}.${ev.event}`; // event names: docs/contracts.md
-  if (name === "turn.start") {
+  if (speculative) { // nothing audible yet, and it may never be: keep it out of sight
+    if (name === "turn.start") {
+      session.speculating = { turn: ev.turn, inputId };
+      speculativeView(ev.turn, inputId);
+    } else if (name === "speculation.cancelled" && session.speculating?.turn === ev.turn) {
+      session.speculating = null;
+    }
+    return;
+  }
+  if (name === "speculation.confirmed" && session.speculating?.turn === ev.turn) {
+    session.speculating = null;
+    session.stats.speculationsConfirmed += 1;
+    restoreLabel();
+    player.muted = false;
+    session.current = ev.turn;
+    revealView(ev.turn);
+    session.running = true;
+    if (!capture.recording) refreshState();
+  } else if (name === "turn.start") {
     restoreLabel();
     player.muted = false; // audio after this belongs to the new turn
     session.current = ev.turn;
@@ -59,6 +82,18 @@ function onEvent(ev, inputId) {
 }
 
 function onResult(msg) {
+  const dropped = msg.speculation && ["cancelled", "dropped"].includes(msg.speculation.state);
+  if (dropped) { // a speculation never confirmed: it was never the answer
+    if (session.speculating?.turn === msg.turn) session.speculating = null;
+    const view = discardView(msg.turn);
+    session.stats.speculationsDropped += 1;
+    // It failed after the utterance ended: the turn on the whole utterance comes next.
+    const ended = !(capture.recording && capture.inputId === msg.input_id);
+    if (msg.speculation.state === "dropped" && ended && !session.pending.has(msg.input_id)) {
+      pendingView(msg.input_id, null, view ? view.vadWaitMs : null);
+    }
+    return;
+  }
   turnView(msg.turn, msg.input_id).finish(msg);
   if (msg.turn === session.current) session.running = false;
   refreshState();
@@ -72,6 +107,7 @@ function onError(message, inputId) {
 
 function onLost(wasConnected) {
   session.running = false;
+  session.speculating = null;
   forgetPending();
   player.flush();
   capture.abort();
@@ -89,7 +125,12 @@ capture.onBegin = () => {
   setState("hearing");
 };
 capture.onEnd = (inputId, trailingMs) => {
-  pendingView(inputId, null, trailingMs);
+  const spec = session.speculating;
+  if (spec && spec.inputId === inputId) {
+    turnView(spec.turn).vadWaitMs = trailingMs; // the server confirms it on audio.end
+  } else {
+    pendingView(inputId, null, trailingMs);
+  }
   setState("thinking");
 };
 capture.onTooShort = () => refreshState("too short, ignored");

@@ -1,6 +1,9 @@
 // The microphone: 16 kHz capture through an AudioWorklet, 20 ms frames, an energy VAD that
 // cuts utterances (hands-free) or follows the push-to-talk button, and the PCM sent on.
+// Hands-free, the end of an utterance listens (endpointer.js): its pauses go to the server,
+// which speculates on them and answers with the silence that ends this utterance.
 // What an utterance means for the conversation is the caller's: see the hooks below.
+import { Endpointer } from "./endpointer.js";
 import { player } from "./player.js";
 import { busy, nextInputId, session } from "./session.js";
 
@@ -9,7 +12,8 @@ const VAD = {
   frameMs: 20,
   onsetFrames: 3,        // 60 ms above threshold: speech started
   bargeFrames: 5,        // while the assistant talks, demand 100 ms (echo / noise margin)
-  hangoverMs: 700,       // this much silence ends the utterance
+  hangoverMs: 700,       // this much silence ends the utterance, unless the server says
+  pauseMs: 200,          // a pause this long is reported (the server speculates on it)
   minSpeechMs: 250,      // shorter bursts (clicks, coughs) are not turns
   preRollMs: 300,        // sent before the onset so the first syllable is not clipped
   minThreshold: 0.012,   // RMS; real rooms raise it through the noise floor
@@ -29,8 +33,10 @@ registerProcessor("voice-llm-tap", Tap);`;
 
 export const capture = {
   ctx: null, stream: null, rate: 16000, frameLen: 320, partial: [], partialLen: 0,
-  preRoll: [], recording: false, voicedFrames: 0, silentFrames: 0, aboveFrames: 0,
+  preRoll: [], recording: false, aboveFrames: 0,
   frames: 0, floor: 0.004, threshold: VAD.minThreshold, startedAt: 0, inputId: null,
+  endpointer: new Endpointer({ frameMs: VAD.frameMs, pauseMs: VAD.pauseMs,
+                               fallbackMs: VAD.hangoverMs, minSpeechMs: VAD.minSpeechMs }),
   // Hooks (set by app.js): send a message or PCM; an utterance began (the user may be
   // talking over the assistant); it ended (trailingMs: silence after it, null for
   // push-to-talk) or was too short; the level meter.
@@ -114,10 +120,14 @@ export const capture = {
     const pcm = toInt16(frame);
     if (this.recording) {
       this.send(pcm.buffer);
-      if (loud) { this.voicedFrames += 1; this.silentFrames = 0; } else this.silentFrames += 1;
+      const act = this.endpointer.frame(loud);
       const lengthMs = (performance.now() - this.startedAt);
-      if (session.mode === "auto" && this.silentFrames * VAD.frameMs >= VAD.hangoverMs) this.end();
+      if (session.mode === "auto" && act && act.type === "end") this.end();
       else if (lengthMs > session.limits.max_utterance_s * 1000 - 500) this.end();
+      else if (session.mode === "auto" && act) {
+        this.send({ ...act, input_id: this.inputId }); // audio.pause / audio.resume
+        if (act.type === "audio.pause") session.stats.pausesSent += 1;
+      }
       return;
     }
     this.preRoll.push(pcm);
@@ -133,8 +143,8 @@ export const capture = {
     if (!session.connected || this.recording) return;
     this.onBegin();
     this.recording = true;
-    this.voicedFrames = voiced;
-    this.silentFrames = 0;
+    this.endpointer.reset(voiced);
+    this.endpointer.speculate = session.speculate && session.mode === "auto";
     this.aboveFrames = 0;
     this.startedAt = performance.now();
     this.inputId = nextInputId();
@@ -147,17 +157,27 @@ export const capture = {
     this.recording = false;
     // Hands-free: enough voiced frames; push-to-talk: the button was held long enough.
     const heldMs = performance.now() - this.startedAt;
-    const enough = session.mode === "auto" ? this.voicedFrames * VAD.frameMs >= VAD.minSpeechMs
+    const ep = this.endpointer;
+    const enough = session.mode === "auto" ? ep.voicedMs >= VAD.minSpeechMs
       : heldMs >= VAD.minSpeechMs;
     if (!enough) {
       this.send({ type: "audio.cancel" });
       this.onTooShort();
       return;
     }
-    const trailing = session.mode === "auto" ? this.silentFrames * VAD.frameMs : 0;
+    const trailing = session.mode === "auto" ? ep.silenceMs : 0;
     this.send({ type: "audio.end", trailing_silence_ms: trailing });
     session.stats.utterancesSent += 1;
+    session.lastEnd = { inputId: this.inputId, trailingMs: trailing, endpointMs: ep.waitMs,
+                        pauses: ep.pauses };
     this.onEnd(this.inputId, session.mode === "auto" ? trailing : null);
+  },
+  // The server's `endpoint` message: the silence that ends the utterance being recorded.
+  onEndpoint(msg) {
+    if (!this.recording || msg.input_id !== this.inputId) return false;
+    const used = this.endpointer.endpoint(msg.pause, msg.wait_ms);
+    if (used) session.stats.endpointsUsed += 1;
+    return used;
   },
   abort() { this.recording = false; this.preRoll = []; },
   stop() {

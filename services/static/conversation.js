@@ -1,6 +1,8 @@
 // The conversation on the page: one view per turn, newest first. A view is created when
 // the user's input is sent (pending) and bound to the server's turn number when that turn
 // starts; both the turn's events and errors name the input id, so nothing is guessed.
+// A speculative turn (started at a pause, services/web_live.py) gets a hidden view: shown
+// when the server confirms it, dropped when the user went on talking.
 import { ui } from "./dom.js";
 import { session } from "./session.js";
 import { renderTimeline } from "./timeline.js";
@@ -62,7 +64,7 @@ class TurnView {
       this.bot.appendChild(tag);
     }
     if (msg.error) this.setError(msg.error);
-    renderTimeline(this.timeline, msg.timeline, msg.metrics, this.vadWaitMs);
+    renderTimeline(this.timeline, msg.timeline, msg.metrics, this.vadWaitMs, msg.speculation);
   }
 }
 
@@ -76,6 +78,32 @@ export function turnView(turn, inputId = null) {
     view.el.dataset.turn = turn;
     turns.set(turn, view);
   }
+  return view;
+}
+
+// A speculative turn's view: filled like any other, out of sight until revealView().
+export function speculativeView(turn, inputId) {
+  const view = new TurnView();
+  view.el.hidden = true;
+  view.el.dataset.turn = turn;
+  view.el.dataset.speculative = "";
+  view.inputId = inputId;
+  turns.set(turn, view);
+  return view;
+}
+
+export function revealView(turn) {
+  const view = turns.get(turn);
+  if (!view) return null;
+  view.el.hidden = false;
+  delete view.el.dataset.speculative;
+  ui.conversation.prepend(view.el); // newest first: notes may have come since it started
+  return view;
+}
+
+export function discardView(turn) {
+  const view = turns.get(turn);
+  if (view) { view.el.remove(); turns.delete(turn); }
   return view;
 }
 

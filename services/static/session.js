@@ -5,10 +5,14 @@ export const session = {
   mode: localStorage.getItem("voice-llm-mode") || "auto",
   micOn: false, running: false, // a server turn is between turn.start and turn.result
   current: null, // that turn's number
+  speculate: false, // the server speculates on pauses (hello.speculate; serve --no-speculate)
+  speculating: null, // {turn, inputId}: a speculative turn runs, unseen until confirmed
+  lastEnd: null, // how the last utterance ended: {inputId, trailingMs, endpointMs, pauses}
   pending: new Map(), // input id -> its turn's view, for inputs whose turn has not started
   limits: { max_utterance_s: 60, max_text_chars: 2000 },
   stats: { audioFrames: 0, samplesReceived: 0, samplesScheduled: 0, underruns: 0,
-           interruptsSent: 0, utterancesSent: 0, errors: [] },
+           interruptsSent: 0, utterancesSent: 0, pausesSent: 0, endpointsUsed: 0,
+           speculationsConfirmed: 0, speculationsDropped: 0, errors: [] },
   log: [],
 };
 

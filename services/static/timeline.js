@@ -1,12 +1,13 @@
 // A finished turn's timeline: one row of bars per stage on a shared time axis (t = 0 at
 // the end of the utterance; the endpoint wait, from the last voiced sound, is the span
 // before it), marks for the first token, sentences and barge-in, and the turn's key
-// numbers as chips.
+// numbers as chips. A speculative turn's t = 0 is the pause it started on: its endpoint
+// span runs on past t = 0 to the moment the end was confirmed, over the work done meanwhile.
 import { div, mark } from "./dom.js";
 
 const ROWS = ["endpoint", "asr", "llm", "tts", "playback"];
 
-export function renderTimeline(el, tl, m, vadWaitMs) {
+export function renderTimeline(el, tl, m, vadWaitMs, speculation = null) {
   if (!tl) return;
   el.hidden = false;
   el.textContent = "";
@@ -56,10 +57,10 @@ export function renderTimeline(el, tl, m, vadWaitMs) {
   axis.appendChild(ticks);
   axis.appendChild(div("", ""));
   el.appendChild(axis);
-  el.appendChild(chips(m, vadWaitMs));
+  el.appendChild(chips(m, vadWaitMs, speculation));
 }
 
-function chips(m, vadWaitMs) {
+function chips(m, vadWaitMs, speculation) {
   const box = div("chips");
   const ms = (v) => (v == null ? "–" : `${Math.round(v)} ms`);
   const add = (label, value, key = false) => {
@@ -80,7 +81,16 @@ function chips(m, vadWaitMs) {
     const cached = m.cache_n || 0;
     add("prompt cached", `${cached}/${cached + m.prompt_n} tok`);
   }
-  if (vadWaitMs != null) add("end-of-speech wait (before t=0)", ms(vadWaitMs));
+  const speculative = speculation && speculation.state === "confirmed";
+  if (speculative) {
+    const why = speculation.reason ? ` (${speculation.reason.replace(/_/g, " ")})` : "";
+    add("speculative, endpoint", speculation.wait_ms == null ? "700 ms (page default)"
+      : `${speculation.wait_ms} ms${why}`, true);
+  }
+  if (speculation && speculation.cancelled) add("speculations dropped", `${speculation.cancelled}`);
+  if (vadWaitMs != null) {
+    add(speculative ? "end-of-speech wait" : "end-of-speech wait (before t=0)", ms(vadWaitMs));
+  }
   if (m.first_audio_from_speech_end_ms != null) {
     add("first audio from your last sound", ms(m.first_audio_from_speech_end_ms));
   }

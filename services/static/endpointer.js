@@ -1,0 +1,60 @@
+// Hands-free end of an utterance, one 20 ms frame at a time (pure: no DOM, no I/O, so
+// tests/test_web_endpointer.py runs it in node). capture.js feeds it whether each frame was
+// above the speech threshold and sends what it returns:
+//   {type: "audio.pause", pause: N, silence_ms}   after pauseMs of silence inside speech:
+//                                                  the server speculates on the audio so far
+//   {type: "audio.resume", pause: N, silence_ms}  the voice came back: that speculation is off
+//   {type: "end", trailing_ms, endpoint_ms}       the silence reached the wait: end it
+// The wait is the server's `endpoint` for the current pause (endpoint()), or fallbackMs
+// until one arrives (and after the voice comes back). Protocol: services/web_live.py.
+export class Endpointer {
+  constructor({ frameMs = 20, pauseMs = 200, fallbackMs = 700, minSpeechMs = 250 } = {}) {
+    Object.assign(this, { frameMs, pauseMs, fallbackMs, minSpeechMs });
+    this.speculate = true; // false: no pause messages (push-to-talk, --no-speculate)
+    this.reset();
+  }
+
+  // A new utterance, ``voicedFrames`` of it already heard (the onset).
+  reset(voicedFrames = 0) {
+    this.voicedFrames = voicedFrames;
+    this.silentFrames = 0;
+    this.pauses = 0; // pauses reported in this utterance
+    this.paused = false; // the current silence was reported as a pause
+    this.waitMs = null; // the server's endpoint for that pause
+  }
+
+  get silenceMs() { return this.silentFrames * this.frameMs; }
+  get voicedMs() { return this.voicedFrames * this.frameMs; }
+  get endAfterMs() { return this.waitMs ?? this.fallbackMs; }
+
+  frame(loud) {
+    if (loud) {
+      const resumed = this.paused
+        ? { type: "audio.resume", pause: this.pauses, silence_ms: this.silenceMs } : null;
+      this.voicedFrames += 1;
+      this.silentFrames = 0;
+      this.paused = false;
+      this.waitMs = null; // the endpoint judged the words up to that pause only
+      return resumed;
+    }
+    this.silentFrames += 1;
+    if (this.silenceMs >= this.endAfterMs) {
+      return { type: "end", trailing_ms: this.silenceMs, endpoint_ms: this.waitMs };
+    }
+    if (this.speculate && !this.paused && this.silenceMs >= this.pauseMs
+        && this.voicedMs >= this.minSpeechMs) { // a cough is not worth a turn
+      this.paused = true;
+      this.pauses += 1;
+      return { type: "audio.pause", pause: this.pauses, silence_ms: this.silenceMs };
+    }
+    return null;
+  }
+
+  // The server's wait for pause ``pause``; true if it applies (the voice has not come back
+  // since, so it is about the words so far).
+  endpoint(pause, waitMs) {
+    if (!this.paused || pause !== this.pauses) return false;
+    this.waitMs = waitMs;
+    return true;
+  }
+}

@@ -1,0 +1,98 @@
+"""The page's hands-free endpointing (services/static/endpointer.js), run in node.
+
+Frame by frame, as capture.js feeds it: when a pause is reported to the server, when the
+voice coming back is, and which silence ends the utterance (the server's endpoint for the
+current pause, or the 700 ms fallback). Pure logic, no timing: each scenario is a list of
+steps, the answer the list of messages the page would send.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ENDPOINTER = Path(__file__).resolve().parent.parent / "services" / "static" / "endpointer.js"
+
+# Steps: ["voice", n] / ["quiet", n] frames of 20 ms, ["endpoint", pause, wait_ms] (the
+# server's message), ["speculate", bool]. Every non-null answer of frame() is collected,
+# with the result of endpoint() as {"endpoint": accepted}.
+RUNNER = """
+import { Endpointer } from "./endpointer.mjs";
+const steps = JSON.parse(process.argv[2]);
+const ep = new Endpointer();
+ep.reset(3);
+const out = [];
+for (const [kind, a, b] of steps) {
+  if (kind === "speculate") ep.speculate = a;
+  else if (kind === "endpoint") out.push({ endpoint: ep.endpoint(a, b) });
+  else for (let i = 0; i < a; i++) {
+    const act = ep.frame(kind === "voice");
+    if (act) out.push(act);
+    if (act && act.type === "end") break;
+  }
+}
+console.log(JSON.stringify(out));
+"""
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    found = shutil.which("node") or shutil.which("nodejs")
+    if found is None:
+        pytest.skip("node is not installed (the browser test runs the same code in Chromium)")
+    where = tmp_path_factory.mktemp("endpointer")
+    (where / "endpointer.mjs").write_text(ENDPOINTER.read_text())  # .mjs: an ES module
+    (where / "run.mjs").write_text(RUNNER)
+    return found, where
+
+
+def run(node: tuple[str, Path], steps: list[list[Any]]) -> list[dict[str, Any]]:
+    binary, where = node
+    out = subprocess.run([binary, str(where / "run.mjs"), json.dumps(steps)], cwd=where,
+                         capture_output=True, text=True, timeout=30, check=True)
+    result: list[dict[str, Any]] = json.loads(out.stdout)
+    return result
+
+
+def test_a_pause_is_reported_and_the_servers_endpoint_ends_the_utterance(
+        node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 10], ["endpoint", 1, 500], ["quiet", 100]])
+    assert got == [{"type": "audio.pause", "pause": 1, "silence_ms": 200},
+                   {"endpoint": True},
+                   {"type": "end", "trailing_ms": 500, "endpoint_ms": 500}]
+
+
+def test_a_longer_endpoint_holds_the_utterance_open_past_the_fallback(
+        node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 10], ["endpoint", 1, 1100], ["quiet", 100]])
+    assert got[-1] == {"type": "end", "trailing_ms": 1100, "endpoint_ms": 1100}
+
+
+def test_the_voice_coming_back_resumes_and_the_old_endpoint_no_longer_applies(
+        node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 16], ["endpoint", 1, 1100], ["voice", 10],
+                     ["endpoint", 1, 300],  # late, about the words before the resume
+                     ["quiet", 100]])
+    assert got == [{"type": "audio.pause", "pause": 1, "silence_ms": 200},
+                   {"endpoint": True},
+                   {"type": "audio.resume", "pause": 1, "silence_ms": 320},
+                   {"endpoint": False},
+                   {"type": "audio.pause", "pause": 2, "silence_ms": 200},
+                   {"type": "end", "trailing_ms": 700, "endpoint_ms": None}]
+
+
+def test_an_endpoint_already_passed_ends_at_the_next_frame(node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 30], ["endpoint", 1, 500], ["quiet", 1]])
+    assert got[-1] == {"type": "end", "trailing_ms": 620, "endpoint_ms": 500}
+
+
+def test_no_pause_after_a_short_burst_or_without_speculation(node: tuple[str, Path]) -> None:
+    burst = run(node, [["voice", 5], ["quiet", 100]])  # 160 ms of voice: a cough
+    assert burst == [{"type": "end", "trailing_ms": 700, "endpoint_ms": None}]
+    off = run(node, [["speculate", False], ["voice", 40], ["quiet", 100]])
+    assert off == [{"type": "end", "trailing_ms": 700, "endpoint_ms": None}]
