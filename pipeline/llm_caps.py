@@ -25,7 +25,8 @@ NOT_VERIFIABLE = "stream closed; server-side stop not verifiable"
 
 # Request fields only llama-server understands: a strict OpenAI server rejects unknown
 # fields (HTTP 400), so they are sent only where /props and /slots say it is llama-server.
-LLAMA_ONLY_FIELDS = ("cache_prompt", "id_slot", "timings_per_token")
+LLAMA_ONLY_FIELDS = ("cache_prompt", "id_slot", "timings_per_token", "repeat_penalty",
+                     "repeat_last_n")
 
 # The metrics each missing capability leaves unknown (names as in TurnMetrics).
 _FROM_TIMINGS = ("prefill_ms", "prompt_n", "cache_n")

@@ -133,6 +133,9 @@ class ChatOptions:
     temperature: float | None = None
     seed: int | None = None
     id_slot: int | None = None
+    # llama-server's repetition penalty over the last N tokens of prompt and reply
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
     # OpenAI's way to get token counts from a stream: a last chunk with ``usage``.
     include_usage: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # passed through as-is
@@ -142,7 +145,8 @@ class ChatOptions:
         servers without its extras."""
         body: dict[str, Any] = {"messages": messages, "cache_prompt": self.cache_prompt}
         optional = {"max_tokens": self.max_tokens, "temperature": self.temperature,
-                    "seed": self.seed, "id_slot": self.id_slot}
+                    "seed": self.seed, "id_slot": self.id_slot,
+                    "repeat_penalty": self.repeat_penalty, "repeat_last_n": self.repeat_last_n}
         body.update({k: v for k, v in optional.items() if v is not None})
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}

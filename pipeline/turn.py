@@ -128,6 +128,13 @@ class TurnConfig:
     first_phrase_words: frozenset[str] = PHRASE_STARTS
     temperature: float = 0.3
     seed: int | None = 1234
+    # Without a repetition penalty SmolLM2-135M settles, within ~15 turns of one
+    # conversation, into one template for every answer ("The way to explain it is to think
+    # of ... You can think of ..."): 24 of the 24 later replies looped and copied another
+    # answer, against 0 and 0 with 1.15 over the last 512 tokens (scripts/bench_history_cut.py,
+    # docs/results.md). None: the server's default (1.0, off).
+    repeat_penalty: float | None = 1.15
+    repeat_last_n: int = 512
     # How long a hang-up's slot may take to show idle before it is reported unconfirmed.
     # Alone it takes 4-42 ms; with three conversations or a soak on the 2 cores a hung-up
     # slot was seen busy up to 1.2 s (docs/results.md), so 1 s called slow stops failures.
@@ -431,6 +438,9 @@ class _Turn:
         opts = ChatOptions(max_tokens=self.cfg.max_tokens, cache_prompt=True,
                            temperature=temperature, seed=seed,
                            id_slot=self.cfg.id_slot, include_usage=True,
+                           repeat_penalty=self.cfg.repeat_penalty,
+                           repeat_last_n=self.cfg.repeat_last_n
+                           if self.cfg.repeat_penalty is not None else None,
                            extra={"timings_per_token": True})
         # Created here, before any stage runs, so the llm stage and the hang-up share one
         # stream that no task has to hand to the other.

@@ -29,6 +29,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from load_serve import proc_stats  # noqa: E402
 
+from pipeline.turn import TurnConfig  # noqa: E402
+
 # 24 different questions: the history holds 20 turns (Conversation.max_messages), so none is
 # asked again while its last answer is in view. With 6 repeated questions SmolLM-135M fell
 # into one-word replies after ~80 turns and most barge-ins came after the reply had ended.
@@ -75,7 +77,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     from services.turn_options import write_json_atomic
 
     rng = random.Random(args.seed)
-    assistant = await load_assistant(args.llm_url)
+    assistant = await load_assistant(args.llm_url,
+                                     config=TurnConfig(max_sentences=args.max_sentences))
     sink = RealtimeNullSink()
     await sink.open(assistant.tts.sample_rate)
     runner = assistant.runner(sink)
@@ -159,6 +162,9 @@ def main() -> int:
     p.add_argument("--llm-url", default=os.environ.get("VOICE_LLM_URL", "http://127.0.0.1:8080"))
     p.add_argument("--out", type=Path, default=ROOT / "out/soak")
     p.add_argument("--seed", type=int, default=12)
+    p.add_argument("--max-sentences", type=int, default=TurnConfig.max_sentences,
+                   help="close each reply after N sentences; every reply plays in real "
+                   "time, so 2 halves the run (default %(default)s, the product's)")
     args = p.parse_args()
     r = asyncio.run(soak(args))
     print(f"turns completed {r['completed']}/{r['turns']} · errors {len(r['errors'])} · "

@@ -37,6 +37,11 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
                    metavar="N", help="word-boundary cut: a first sentence with no clause "
                    "mark is released before the first 'and/to/is/in/by...' at or past N "
                    "characters; 0 = off (default %(default)s; measured in docs/live.md)")
+    p.add_argument("--repeat-penalty", type=float, default=TurnConfig.repeat_penalty,
+                   metavar="X", help="llama-server's repetition penalty over the last "
+                   f"{TurnConfig.repeat_last_n} tokens; without it the small model falls "
+                   "into one template for every answer within ~15 turns; 1 = off "
+                   "(default %(default)s; measured in docs/results.md)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
     p.add_argument("--tts-threads", type=int, default=1, metavar="N",
                    help="onnxruntime threads for Piper. In streamed mode Piper shares the 2 "
@@ -70,7 +75,8 @@ def turn_config(args: argparse.Namespace, mode: str) -> TurnConfig:
     return TurnConfig(mode=mode, max_tokens=args.max_tokens,
                       max_sentences=args.max_sentences or None,
                       first_max_chars=args.first_max_chars or None,
-                      first_phrase_chars=args.first_phrase_chars or None)
+                      first_phrase_chars=args.first_phrase_chars or None,
+                      repeat_penalty=None if args.repeat_penalty == 1 else args.repeat_penalty)
 
 
 async def assistant_for(args: argparse.Namespace, mode: str = "streamed") -> Assistant:

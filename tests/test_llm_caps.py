@@ -76,10 +76,12 @@ def test_plain_answers_mean_no_extras_and_a_model() -> None:
     caps = LlmCapabilities.from_answers(**PLAIN_ANSWERS)
     assert not caps.llama_server and caps.server == "openai-compatible"
     assert not (caps.health or caps.props or caps.slots) and caps.n_ctx is None
-    body = ChatOptions(id_slot=1, max_tokens=9, include_usage=True,
+    body = ChatOptions(id_slot=1, max_tokens=9, include_usage=True, repeat_penalty=1.15,
+                       repeat_last_n=512,
                        extra={"timings_per_token": True}).request_body(MESSAGES)
+    assert body["repeat_penalty"] == 1.15 and body["repeat_last_n"] == 512
     sent = caps.request_body(body)
-    assert not set(LLAMA_ONLY_FIELDS) & set(sent)
+    assert not set(LLAMA_ONLY_FIELDS) & set(sent) and "repeat_penalty" not in sent
     assert sent["model"] == "gpt-x" and sent["max_tokens"] == 9
     assert sent["stream_options"] == {"include_usage": True} and sent["stream"] is True
     assert caps.request_body({**body, "model": "mine"})["model"] == "mine"  # caller's choice

@@ -330,6 +330,18 @@ async def test_a_playing_turn_cannot_be_abandoned(slow_fake) -> None:
     assert not result.abandoned and result.error is None
 
 
+async def test_the_reply_is_sampled_with_the_repetition_penalty(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client)
+    await runner.run(text="first")
+    body = fake.requests[-1].body
+    assert body["repeat_penalty"] == TurnConfig.repeat_penalty
+    assert body["repeat_last_n"] == TurnConfig.repeat_last_n
+    off = await make_runner(fake, client, repeat_penalty=None)
+    await off.run(text="second")
+    assert "repeat_penalty" not in fake.requests[-1].body
+
+
 async def test_a_reply_cut_after_a_word_or_two_is_not_kept(slow_fake) -> None:
     fake, client = slow_fake
     fake.reply = Reply(tokens=tokens(*SENTENCES), token_delay=0.08)
