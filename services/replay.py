@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.heard import INTERRUPTED_MARK
+from pipeline.heard import INTERRUPTED_MARK, MIN_KEPT_WORDS
 from services import turn_options
 from services.errors import UserError
 from services.supervisor import Supervisor
@@ -202,6 +202,9 @@ def _report(result: TurnResult, file: str, turns: list[dict[str, Any]]) -> int:
         said = result.heard if result.interrupted else result.reply
         print(f"  assistant: {said.strip()}" + ("  [interrupted]" if result.interrupted
                                                 else ""))
+        if result.interrupted and not result.committed:
+            print(f"  history:   this turn is not kept: fewer than {MIN_KEPT_WORDS} words of "
+                  "the reply were heard")
     print("\n".join(render(result.events, result.metrics)))
     unknown = not_reported_line(result.metrics.not_reported, interrupted=result.interrupted)
     if unknown:  # figures this LLM server cannot give: said so, not shown as numbers

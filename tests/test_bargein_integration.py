@@ -51,7 +51,8 @@ async def test_interrupted_turn_stops_the_server_and_keeps_what_was_heard(llama_
         runner.listeners.append(bargein.on_event)
         log_before = llama_server.log_path.read_text(errors="replace").count("cancel task")
 
-        watcher = asyncio.create_task(bargein.scripted(0.3))
+        # 1 s at 25 characters a second: past the four words a cut reply needs to be kept
+        watcher = asyncio.create_task(bargein.scripted(1.0))
         first = await runner.run(text="Tell me the whole history of the bicycle, in detail.")
         await watcher
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.events import Event, EventName
+from pipeline.heard import worth_keeping
 from services.turn_options import EventWriter, write_json_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,7 +83,7 @@ def test_replay_stopped_by_a_signal_closes_the_turn_and_saves(
         while not [e for e in evs if e["turn"] == 2 and e["event"] == "start"
                    and e["stage"] == "playback"]:
             evs = _wait_for_event(events, "playback.start")
-        time.sleep(1.0)  # a few words heard: a reply cut before its first is not kept
+        time.sleep(2.0)  # several words heard: a reply cut before its fourth is not kept
         proc.send_signal(sig)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
@@ -372,7 +373,7 @@ async def test_a_signal_closes_the_running_turn_like_a_barge_in() -> None:
             assert "llm.closed" in names
             idle = [e for e in result.events if e.name == "server.slot_idle"]
             assert idle and idle[0].data["confirmed"] is True
-            if result.heard:  # the history keeps what was heard, marked as cut
+            if worth_keeping(result.heard):  # the history keeps what was heard, marked
                 assert runner.conversation.history[-1]["content"].endswith("…")
-            else:  # stopped before a word was heard: the pair is not kept
+            else:  # stopped before four words were heard: the pair is not kept
                 assert runner.conversation.history == []

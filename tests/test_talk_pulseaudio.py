@@ -67,7 +67,7 @@ def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) ->
         asr1, _ = log.wait(1, "asr.end", 60, talk)
         assert "sky" in str(asr1["text"]).lower()
         _, play1_at = log.wait(1, "playback.start", 120, talk)
-        time.sleep(1.0)  # a second of the reply, then talk over it
+        time.sleep(2.0)  # two seconds of the reply (past 4 words, kept), then talk over it
         subprocess.run(["paplay", "--device=mic", str(SAMPLES / "06_learn_language.wav")],
                        env=env, check=True, timeout=30)
         detected, bargein_at = log.wait(1, "bargein.detected", 30, talk)
