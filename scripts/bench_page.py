@@ -26,18 +26,20 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the DevTools client the browser tests use
+
+from chromium import Cdp, free_port, launch_chromium  # noqa: E402
+from chromium import open_page as devtools  # noqa: E402
 
 from pipeline.metrics import pct  # noqa: E402
 
@@ -45,100 +47,15 @@ RESULT = ("voiceLlm.log.filter(m => m.type === 'turn.result' && !(m.speculation 
           "['cancelled', 'dropped'].includes(m.speculation.state)))[0]")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Cdp:
-    """Just enough of the DevTools protocol: evaluate, click."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws, self.ids = ws, itertools.count(1)
-        self.pending: dict[int, asyncio.Future[Any]] = {}
-        self.reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        async for msg in self.ws:
-            data = json.loads(msg.data)
-            if data.get("id") in self.pending:
-                self.pending.pop(data["id"]).set_result(data)
-
-    async def call(self, method: str, **params: Any) -> Any:
-        call_id = next(self.ids)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.pending[call_id] = fut
-        await self.ws.send_json({"id": call_id, "method": method, "params": params})
-        reply = await asyncio.wait_for(fut, 30)
-        if "error" in reply:
-            raise RuntimeError(f"{method}: {reply['error']}")
-        return reply.get("result", {})
-
-    async def js(self, expression: str) -> Any:
-        result = await self.call("Runtime.evaluate", expression=expression,
-                                 returnByValue=True, awaitPromise=True)
-        return result["result"].get("value")
-
-    async def wait_for(self, expression: str, limit_s: float, what: str) -> Any:
-        for _ in range(int(limit_s / 0.1)):
-            if value := await self.js(expression):
-                return value
-            await asyncio.sleep(0.1)
-        raise TimeoutError(f"timed out waiting for {what}")
-
-    async def click(self, selector: str) -> None:
-        box = await self.js(f"(() => {{ const r = document.querySelector({selector!r})"
-                            ".getBoundingClientRect(); return [r.x + r.width / 2, "
-                            "r.y + r.height / 2]; })()")
-        for kind in ("mousePressed", "mouseReleased"):
-            await self.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1],
-                            button="left", clickCount=1)
-
-
 @contextlib.contextmanager
 def chromium(binary: str, wav: Path) -> Iterator[int]:
+    """Chromium (tests/chromium.py) in a throwaway profile; yields its DevTools port."""
     profile = Path(tempfile.mkdtemp(prefix="bench-page-"))
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--headless=new", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", f"--user-data-dir={profile}",
-         "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-         f"--use-file-for-fake-audio-capture={wav}%noloop",
-         f"--remote-debugging-port={port}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        yield port
+        with launch_chromium(binary, profile, wav) as port:
+            yield port
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         shutil.rmtree(profile, ignore_errors=True)
-
-
-@contextlib.asynccontextmanager
-async def devtools(port: int) -> AsyncIterator[Cdp]:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as http:
-        for _ in range(100):
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/json/list") as resp:
-                    targets = await resp.json()
-                if any(t["type"] == "page" for t in targets):
-                    break
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-        target = next(t for t in targets if t["type"] == "page")
-        async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            cdp = Cdp(ws)
-            await cdp.call("Runtime.enable")
-            try:
-                yield cdp
-            finally:
-                cdp.reader.cancel()
 
 
 LOADS = itertools.count(1)
