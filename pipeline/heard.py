@@ -17,8 +17,9 @@ INTERRUPTED_MARK = "…"
 
 # A cut reply is kept in the history only when at least this many of its words were
 # heard. Fewer ("The", "The key to") tell the next turn nothing, and SmolLM2 copies them:
-# a 200-turn soak with a third of the turns barged in collapsed into answering "The" to
-# every question from turn ~90 on (scripts/bench_history_cut.py measures the rule).
+# in a serve soak kept "The…" cuts came back glued to later replies ("Thehistory of the
+# bicycle…", "Thekey to"). The one-conversation collapse of those soaks was the sampling,
+# not this (TurnConfig.repeat_penalty; scripts/bench_history_cut.py runs both).
 MIN_KEPT_WORDS = 4
 
 

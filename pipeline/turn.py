@@ -328,7 +328,8 @@ class _Turn:
             # cut before MIN_KEPT_WORDS of it were heard, and one with nothing to say
             # aloud ("..."). SmolLM2 copies what it sees: a lone "…" in the history made it
             # answer "…" to the next questions (a serve soak: 7 of 8 turns), kept "The…"
-            # fragments made it answer "The"; a kept "..." would invite the same.
+            # cuts came back glued to later replies ("Thehistory of…"); a kept "..." would
+            # invite the same.
             if not self.abandoned and not (result.interrupted
                                            and not worth_keeping(result.heard)) \
                     and not self.nothing_aloud():
