@@ -71,6 +71,10 @@ class ServiceMetrics:
         self.slots_in_use = Gauge("voice_llm_slots_in_use", "LLM slots held by "
                                   "conversations", registry=r)
         self.slots_total = Gauge("voice_llm_slots", "LLM slots serve hands out", registry=r)
+        self.speculations = Counter(
+            "voice_llm_speculations", "speculative turns the page started at a pause, by "
+            "outcome: confirmed (it was the answer), cancelled (speech resumed), dropped "
+            "(failed or too late)", ["outcome"], registry=r)
         self.llm_restarts = Counter("voice_llm_llm_restarts", "managed llama-server "
                                     "restarts after it died (services/supervisor.py)",
                                     registry=r)

@@ -259,7 +259,9 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                              queue_timeout_s=state.queue_timeout_s,
                              on_queue=state.metrics.queue_wait.observe,
                              on_result=lambda r, n: state.turn_done(r, "ws", n),
-                             before_turn=state.llm_ready, speculate=state.speculate)
+                             before_turn=state.llm_ready, speculate=state.speculate,
+                             on_speculation=lambda outcome:
+                             state.metrics.speculations.labels(outcome).inc())
     task = asyncio.create_task(session.serve(), name=f"ws-session-{session_id}")
     state.sessions[session_id] = task
     state.sockets[session_id] = ws

@@ -158,6 +158,7 @@ class BrowserSession:
                  on_queue: Callable[[float], None] | None = None,
                  on_result: Callable[[TurnResult, int], None] | None = None,
                  before_turn: Callable[[], Awaitable[None]] | None = None,
+                 on_speculation: Callable[[str], None] | None = None,
                  speculate: bool = True) -> None:
         self.id = session_id
         self.pool = pool
@@ -165,6 +166,7 @@ class BrowserSession:
         self.queue_timeout_s = queue_timeout_s
         self.on_queue = on_queue
         self.on_result = on_result
+        self.on_speculation = on_speculation  # a speculative turn ended: its outcome
         self.before_turn = before_turn  # e.g. wait out a restart of the LLM server
         self.turns_done = 0
         self._window_start = 0.0  # frame-rate limit: messages in the current second
@@ -406,6 +408,8 @@ class BrowserSession:
         finally:
             # None: the turn is the answer; else why a speculation is not (never shown)
             outcome = self.speculator.finished(spec, result) if spec is not None else None
+            if spec is not None and self.on_speculation is not None:
+                self.on_speculation(outcome or "confirmed")
         if result is None:
             return
         if outcome is None:

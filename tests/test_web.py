@@ -640,6 +640,9 @@ async def test_ws_speech_resuming_abandons_and_the_next_pause_speculates_again(
     roles = [m["role"] for m in web_app.fake.requests[-1].body["messages"]]
     assert roles == ["system", "user", "assistant", "user"]
     await ws.close()
+    scraped = await (await web_app.client.get("/metrics")).text()
+    assert 'voice_llm_speculations_total{outcome="cancelled"} 1.0' in scraped
+    assert 'voice_llm_speculations_total{outcome="confirmed"} 1.0' in scraped
 
 
 async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio(
