@@ -7,11 +7,13 @@ cache depends on it); only the copy sent to TTS goes through ``speakable``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,9 +146,31 @@ class PiperTts:
             if self._session is not None and self._session.was_aborted():
                 raise SynthesisAborted(text) from e
             raise
+        finally:
+            _release_freed_memory()
         if not chunks:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(chunks).astype(np.int16, copy=False)
+
+
+def _glibc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+        return trim
+    except (OSError, AttributeError):  # not glibc: nothing to hand back this way
+        return None
+
+
+_MALLOC_TRIM = _glibc_trim()
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap pages a synthesis freed back to the OS. Each sentence's tensors have
+    their own sizes, and glibc kept the freed pages: Piper alone grew from 169 to 321 MB
+    over 300 varied sentences, 149 to 155 MB with this after each, at ~0.6 ms a call
+    against ~340 ms for the sentence (docs/results.md)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 class SynthesisAborted(Exception):
