@@ -47,14 +47,15 @@ def words(text: str) -> list[str]:
 
 def test_replay_through_the_wyoming_servers_with_a_barge_in(
         llama_server, servers: dict[str, Engine], tmp_path: Path) -> None:
-    """Two turns, the first interrupted 0.5 s into its playback: the command completes
+    """Two turns, the first interrupted 2 s into its playback (past the four words a cut
+    reply needs to be kept, pipeline/heard.py): the command completes
     with its figures, both stages ran on the servers (the engine in the events), the
     transcripts are right, and the history keeps what was heard."""
     out, events = tmp_path / "replay.json", tmp_path / "events.jsonl"
     env = {**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")}
     proc = subprocess.run(
         [sys.executable, "-m", "services.cli", "replay", str(SAMPLES / "02_bicycle_history.wav"),
-         "--interrupt-at", "0.5", "--interrupt-wav", str(SAMPLES / "03_sky_blue.wav"),
+         "--interrupt-at", "2.0", "--interrupt-wav", str(SAMPLES / "03_sky_blue.wav"),
          "--asr", str(servers["asr"]), "--tts", str(servers["tts"]),
          "--llm-url", llama_server.url, "--json", str(out), "--events", str(events)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
