@@ -146,7 +146,9 @@ class ChatOptions:
         body: dict[str, Any] = {"messages": messages, "cache_prompt": self.cache_prompt}
         optional = {"max_tokens": self.max_tokens, "temperature": self.temperature,
                     "seed": self.seed, "id_slot": self.id_slot,
-                    "repeat_penalty": self.repeat_penalty, "repeat_last_n": self.repeat_last_n}
+                    "repeat_penalty": self.repeat_penalty,
+                    # the window means nothing without a penalty to apply in it
+                    "repeat_last_n": self.repeat_last_n if self.repeat_penalty else None}
         body.update({k: v for k, v in optional.items() if v is not None})
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}

@@ -440,8 +440,7 @@ class _Turn:
                            temperature=temperature, seed=seed,
                            id_slot=self.cfg.id_slot, include_usage=True,
                            repeat_penalty=self.cfg.repeat_penalty,
-                           repeat_last_n=self.cfg.repeat_last_n
-                           if self.cfg.repeat_penalty is not None else None,
+                           repeat_last_n=self.cfg.repeat_last_n,
                            extra={"timings_per_token": True})
         # Created here, before any stage runs, so the llm stage and the hang-up share one
         # stream that no task has to hand to the other.

@@ -67,7 +67,7 @@ async def conversation(llm: LlmClient, conv: Conversation, turns: int,
         text = ""
         opts = ChatOptions(max_tokens=120, temperature=DEFAULTS.temperature,
                            seed=DEFAULTS.seed, repeat_penalty=repeat_penalty,
-                           repeat_last_n=DEFAULTS.repeat_last_n if repeat_penalty else None)
+                           repeat_last_n=DEFAULTS.repeat_last_n)
         async with llm.stream_chat(sent, opts) as stream:
             async for ev in stream:
                 if isinstance(ev, TokenDelta):

@@ -340,6 +340,7 @@ async def test_the_reply_is_sampled_with_the_repetition_penalty(slow_fake) -> No
     off = await make_runner(fake, client, repeat_penalty=None)
     await off.run(text="second")
     assert "repeat_penalty" not in fake.requests[-1].body
+    assert "repeat_last_n" not in fake.requests[-1].body
 
 
 async def test_a_reply_cut_after_a_word_or_two_is_not_kept(slow_fake) -> None:
