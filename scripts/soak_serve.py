@@ -50,7 +50,8 @@ def resources(pid: int | None, tasks: int | None) -> dict[str, Any]:
 
 
 async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
-                   bargein_at: float | None) -> dict[str, Any]:
+                   bargein_at: float | None, max_sentences: int | None = None
+                   ) -> dict[str, Any]:
     body = WAVS[wav]
     record: dict[str, Any] = {"file": wav.name, "bargein_at": bargein_at, "error": None,
                               "interrupted": False, "slot_idle": None, "cut": None}
@@ -69,7 +70,8 @@ async def one_turn(http: aiohttp.ClientSession, url: str, sid: str, wav: Path,
         if answer.get("cut") is not None:  # the turn was over: cut at once
             record["cut"] = answer["cut"]
 
-    async with http.post(f"{url}/v1/sessions/{sid}/turns", data=body,
+    query = {} if max_sentences is None else {"max_sentences": str(max_sentences)}
+    async with http.post(f"{url}/v1/sessions/{sid}/turns", data=body, params=query,
                          headers={"Content-Type": "audio/wav"}) as resp:
         if resp.status != 200:
             record["error"] = f"HTTP {resp.status}: {(await resp.text())[:200]}"
@@ -116,7 +118,7 @@ async def soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str,
         async with http.post(f"{url}/v1/sessions") as resp:
             sid = (await resp.json())["id"]
         for wav in SAMPLES[:3]:  # warm-up: models, pools and caches reach their size
-            await one_turn(http, url, sid, wav, None)
+            await one_turn(http, url, sid, wav, None, args.max_sentences)
         await asyncio.sleep(1.0)
         samples = [{"turn": 0, **resources(pid, (await health(http, url)).get("tasks"))}]
         turns: list[dict[str, Any]] = []
@@ -124,7 +126,7 @@ async def soak(args: argparse.Namespace, url: str, pid: int | None) -> dict[str,
         for i in range(args.turns):
             at = round(rng.uniform(0.0, 1.5), 2) if rng.random() < 1 / 3 else None
             turns.append({"turn": i + 1, **await one_turn(
-                http, url, sid, SAMPLES[i % len(SAMPLES)], at)})
+                http, url, sid, SAMPLES[i % len(SAMPLES)], at, args.max_sentences)})
             if (i + 1) % 20 == 0:
                 await asyncio.sleep(0.5)  # let the turn's handler task finish
                 samples.append({"turn": i + 1, **resources(
@@ -169,6 +171,9 @@ def main() -> int:
     p.add_argument("--url", help="a running serve (default: start llama-server and serve)")
     p.add_argument("--out", type=Path, default=Path("out/soak"))
     p.add_argument("--seed", type=int, default=12)
+    p.add_argument("--max-sentences", type=int, metavar="N",
+                   help="the turns' max_sentences option (default: the product's 4); 2 "
+                   "makes a shorter run")
     args = p.parse_args()
     stack = None
     pid: int | None = None
