@@ -34,7 +34,7 @@ from pipeline.audio_in import SAMPLE_RATE
 from pipeline.endpoint import EndpointPolicy
 from pipeline.events import Event, EventName
 from pipeline.mic import SegmentEvent, SpeechPause, SpeechResumed, UtteranceEnd
-from pipeline.prosody import final_cue
+from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.tasks import TaskSet
 from pipeline.turn import TurnResult, TurnRunner
 
@@ -90,6 +90,7 @@ class _Speculation:
     task: asyncio.Task[None] | None = None
     cancelled: bool = False
     endpoint_ms: float | None = None
+    cue: asyncio.Future[ProsodyCue] | None = None  # the pitch at the pause, in a thread
 
 
 class LiveTurnTaker:
@@ -172,6 +173,10 @@ class LiveTurnTaker:
             return
         pause = spec.pause
         speech_end = _silence_ms(pause.detected_sample, pause.end_sample)
+        # The voice up to the pause: did its pitch fall? Worked out while Whisper runs, so
+        # the endpoint decision at the transcript does not hold up the LLM request.
+        spec.cue = asyncio.ensure_future(asyncio.to_thread(
+            final_cue, pause.audio[:pause.end_sample - pause.start_sample]))
         result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed,
                                        speech_end_ms=round(speech_end, 1))
         if result.error is not None and not spec.confirmed.is_set():
@@ -188,13 +193,19 @@ class LiveTurnTaker:
         self.on_turn(LiveTurn(result, speech_end, endpoint, speculative=True))
 
     def _on_event(self, ev: Event) -> None:
-        # The speculative transcript decides how long to wait for more speech.
+        # The speculative transcript decides how long to wait for more speech: decided in
+        # a task, after the turn has sent its LLM request.
         spec = self._spec
         if spec is None or ev.name != EventName.ASR_END or spec.confirmed.is_set():
             return
+        self.tasks.spawn(f"endpoint{ev.turn}", self._decide(spec, ev))
+
+    async def _decide(self, spec: _Speculation, ev: Event) -> None:
+        assert spec.cue is not None
+        cue = await spec.cue
+        if self._spec is not spec or spec.cancelled or spec.confirmed.is_set():
+            return  # the user went on, or the utterance already ended
         logprob = ev.data.get("avg_logprob")
-        pause = spec.pause  # the voice up to the pause: did its pitch fall?
-        cue = final_cue(pause.audio[:pause.end_sample - pause.start_sample])
         decision = self.policy.decide(str(ev.data.get("text", "")),
                                       float(logprob) if logprob is not None else None, cue)
         self.segmenter.end_after(decision.wait_ms)

@@ -11,9 +11,13 @@ included; no timestamp is assumed. The events file splits the gap into endpoint 
 LLM to the first sentence, its TTS, and the rest (device / buffers / hand-offs).
 
 Same questions, both conditions, alternating order per round, one talk process per
-(round, condition); the LLM server is shared. Usage:
+(round, condition); the LLM server is shared. ``--paused N`` adds N questions made with
+espeak-ng that pause 600 ms after a word that cannot end them ("Can you tell me about the
+... history of bicycles?"): speculation starts at the pause and must be cancelled, so the
+report counts cancellations and whether each one's slot was confirmed idle. Usage:
 
     scripts/bench_live.py [WAV_OR_DIR ...] [--rounds 2] [--out out/live] [--llm-url URL]
+                          [--paused N]
 
 Writes live.json (every turn) and live.md (the table), prints the table. Needs PulseAudio
 (scripts/setup installs it) and nothing else on the CPU: it is a benchmark.
@@ -43,6 +47,15 @@ from pulse import EventLog, private_pulse  # noqa: E402
 FRAME_S = 0.01  # 10 ms analysis frames
 LOUD = 0.01  # RMS (about -40 dBFS): speech, not a null sink's silence
 CONDITIONS = {"speculation on": [], "speculation off": ["--no-speculate"]}
+# Pauses after a word that cannot end the sentence: the endpoint policy waits its longest
+# there, so a 600 ms pause is not taken for the end and the speculation is cancelled.
+PAUSED = [("Can you tell me about the", "history of bicycles?"),
+          ("What is the best way to", "learn Spanish quickly?"),
+          ("Could you explain why the", "ocean is salty?"),
+          ("What should I do if my", "plants turn yellow?")]
+PAUSE_MS = 600
+PAUSED_PREFIX = "paused_"
+QUIET_S = 1.2  # no turn running for this long after an answer: the question is done
 
 
 @dataclass
@@ -81,6 +94,35 @@ def read_wav(path: Path) -> np.ndarray:
         return pcm.reshape(-1, w.getnchannels())[:, 0].astype(np.float32) / 32768
 
 
+def make_paused(n: int, folder: Path) -> list[Path]:
+    """``n`` questions with a mid-sentence pause, made with espeak-ng (not the reply's voice)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    from pipeline.audio_in import SAMPLE_RATE, load_wav  # resamples espeak-ng's 22 kHz
+
+    tmp = folder / "part.wav"
+    for i, (head, rest) in enumerate(PAUSED[:n]):
+        parts = []
+        for text in (head, rest):
+            subprocess.run(["espeak-ng", "-v", "en-us", "-s", "165", "-w", str(tmp), text],
+                           check=True, capture_output=True)
+            audio = load_wav(tmp)
+            loud = np.flatnonzero(np.abs(audio) > 0.01)
+            parts.append(audio[loud[0]:loud[-1] + 1])
+        gap = np.zeros(SAMPLE_RATE * PAUSE_MS // 1000, np.float32)
+        lead = np.zeros(SAMPLE_RATE // 5, np.float32)
+        pcm = np.concatenate([lead, parts[0], gap, parts[1], lead])
+        path = folder / f"{PAUSED_PREFIX}{i + 1:02d}.wav"
+        with wave.open(str(path), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(SAMPLE_RATE)
+            w.writeframes((np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes())
+        out.append(path)
+    tmp.unlink(missing_ok=True)
+    return out
+
+
 def voiced_span(path: Path) -> tuple[float, float]:
     """(first, last) loud frame of a question, seconds from its start."""
     loud = np.flatnonzero(frame_rms(read_wav(path)) > LOUD)
@@ -108,11 +150,22 @@ def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extr
                                     env=env)
         time.sleep(1.0)
         log = EventLog(events_path)
+        before = 0  # questions answered so far
         for turn, question in enumerate(questions, 1):
             subprocess.run(["paplay", "--device=both", str(question)], env=env, check=True,
                            timeout=60)
-            log.wait(turn, "turn.end", 120, talk)
-            time.sleep(0.8)  # a quiet gap the analysis can rely on
+            # Answered, and then no turn running for a while: a false endpoint (an answer
+            # at a paused question's pause) is followed by a second turn on the rest.
+            deadline, quiet_since = time.monotonic() + 120, None
+            while quiet_since is None or time.monotonic() - quiet_since < QUIET_S:
+                if time.monotonic() > deadline or talk.poll() is not None:
+                    raise SystemExit(f"question {turn} ({question.name}) not answered; "
+                                     f"see {work / 'talk.log'}")
+                time.sleep(0.05)
+                log.poll()
+                idle = len(answered(log.events)) >= before + 1 and not running(log.events)
+                quiet_since = (quiet_since or time.monotonic()) if idle else None
+            before = len(answered(log.events))
     finally:
         talk.send_signal(signal.SIGINT)
         try:
@@ -124,6 +177,39 @@ def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extr
             recorder.wait(timeout=10)
     log.poll()
     return recording, log.events, []
+
+
+def answered(events: list[dict[str, object]]) -> list[int]:
+    """The turn numbers that answered a question, in order. An abandoned speculation takes
+    a turn number too (it ran, unheard), so question k is the k-th answered turn."""
+    names: dict[object, set[str]] = {}
+    for e in events:
+        names.setdefault(e["turn"], set()).add(f"{e['stage']}.{e['event']}")
+    return [t for t, n in names.items() if "turn.end" in n  # type: ignore[misc]
+            and ("speculation.start" not in n or "speculation.confirmed" in n)]
+
+
+def running(events: list[dict[str, object]]) -> bool:
+    """A turn has started and not ended."""
+    started = {e["turn"] for e in events if e["stage"] == "turn" and e["event"] == "start"}
+    ended = {e["turn"] for e in events if e["stage"] == "turn" and e["event"] == "end"}
+    return bool(started - ended)
+
+
+def false_endpoints(events: list[dict[str, object]]) -> int:
+    """Answered turns whose transcript is a paused question's first part only."""
+    heads = [(_words(a)[-2:], _words(b)[0]) for a, b in PAUSED]
+    count = 0
+    for t in answered(events):
+        words = _words(next((str(e["text"]) for e in events if e["turn"] == t
+                             and e["stage"] == "asr" and e["event"] == "end"), ""))
+        joined = " ".join(words)
+        count += any(" ".join(end) in joined and rest not in words for end, rest in heads)
+    return count
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c.lower() if c.isalnum() or c == " " else " " for c in text).split()
 
 
 def played_s(events: list[dict[str, object]], turn: int) -> float:
@@ -143,7 +229,7 @@ def measure_gaps(recording: Path, questions: list[Path],
     loud = rms > LOUD
     gaps: list[float | None] = []
     cursor = 0
-    for turn, question in enumerate(questions, 1):
+    for turn, question in zip(answered(events), questions, strict=False):
         first, last = voiced_span(question)
         onsets = np.flatnonzero(loud[cursor:])
         if onsets.size == 0:
@@ -164,8 +250,8 @@ def measure_gaps(recording: Path, questions: list[Path],
 def turns_of(condition: str, round_: int, questions: list[Path], events: list[dict[str, object]],
              gaps: list[float | None]) -> list[Turn]:
     out = []
-    for i, question in enumerate(questions, 1):
-        mine = [e for e in events if e["turn"] == i]
+    for i, (turn, question) in enumerate(zip(answered(events), questions, strict=False), 1):
+        mine = [e for e in events if e["turn"] == turn]
         end = next((e for e in mine if e["stage"] == "turn" and e["event"] == "end"), None)
         m = dict(end["metrics"]) if end else {}  # type: ignore[call-overload]
         text = next((str(e["text"]) for e in mine if e["stage"] == "asr" and e["event"] == "end"),
@@ -214,29 +300,38 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]]) -> str:
             ("asr", "asr_ms"), ("llm → 1st sentence", "first_sentence_ms"),
             ("tts 1st sentence", "tts_first_ms"), ("t0 → first audio", "first_audio_ms"),
             ("device / buffers", "device_ms")]
+    # A paused question's gap includes the wait its pause asks for: not a mouth-to-ear
+    # figure (and with a false endpoint its turns do not line up); counted, not timed.
+    timed = [t for t in turns if not t.file.startswith(PAUSED_PREFIX)]
     lines = ["| ms, p50 (p95) | " + " | ".join(CONDITIONS) + " |",
              "|---|" + "---:|" * len(CONDITIONS)]
     for label, key in cols:
         cells = []
         for cond in CONDITIONS:
-            vals = [getattr(t, key) for t in turns if t.condition == cond]
+            vals = [getattr(t, key) for t in timed if t.condition == cond]
             vals = [v for v in vals if v is not None]
             cells.append(f"{p(vals, 50)} ({p(vals, 95)})" if vals else "-")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    off = [t.mouth_to_ear_ms for t in turns if t.condition == "speculation off"
+    off = [t.mouth_to_ear_ms for t in timed if t.condition == "speculation off"
            and t.mouth_to_ear_ms]
     for cond in CONDITIONS:
-        on = [t.mouth_to_ear_ms for t in turns if t.condition == cond and t.mouth_to_ear_ms]
+        on = [t.mouth_to_ear_ms for t in timed if t.condition == cond and t.mouth_to_ear_ms]
         if cond != "speculation off" and on and off:
             lines.append(f"\nmouth-to-ear p50 {cond} / speculation off = "
                          f"**{p(on, 50) / p(off, 50):.2f}**"  # type: ignore[operator]
                          f" ({len(on)} and {len(off)} turns)")
-    c = counts.get("speculation on", {})
-    if c:
-        lines.append(f"speculation: started {c['started']}, confirmed {c['confirmed']}, "
-                     f"cancelled {c['cancelled']} (slot confirmed idle: "
-                     f"{c['cancelled_idle']}/{c['cancelled']}), wasted tokens "
-                     f"{c['wasted_tokens']}")
+    paused = sum(t.file.startswith(PAUSED_PREFIX) for t in turns) // max(1, len(CONDITIONS))
+    if paused:
+        lines.append(f"\npaused questions ({paused} per condition, {PAUSE_MS} ms mid-sentence "
+                     "pause; not in the table): answered at the pause (false endpoint): "
+                     + ", ".join(f"{cond} {c.get('false_endpoints', 0)}"
+                                 for cond, c in counts.items()))
+    for cond, c in counts.items():
+        if c.get("started"):
+            lines.append(f"speculation ({cond}): started {c['started']}, confirmed "
+                         f"{c['confirmed']}, cancelled {c['cancelled']} (slot confirmed "
+                         f"idle: {c['cancelled_idle']}/{c['cancelled']}), wasted tokens "
+                         f"{c['wasted_tokens']}")
     return "\n".join(lines)
 
 
@@ -252,7 +347,15 @@ def main() -> int:
     ap.add_argument("--condition", action="append", default=[], metavar="LABEL=ARGS",
                     help="an extra condition measured in the same run, e.g. "
                     "'phrase cut=--first-phrase-chars 30' (repeatable)")
+    ap.add_argument("--paused", type=int, default=0, metavar="N",
+                    help=f"add N (at most {len(PAUSED)}) espeak-ng questions with a "
+                    f"{PAUSE_MS} ms pause mid-sentence, so speculations get cancelled")
+    ap.add_argument("--report-only", action="store_true",
+                    help="measure the recordings and events a finished run left in --out "
+                    "again (same inputs, --rounds, --condition and --paused), run nothing")
     args = ap.parse_args()
+    if not 0 <= args.paused <= len(PAUSED):
+        ap.error(f"--paused takes 0 to {len(PAUSED)}")
     for spec in args.condition:
         label, _, extra = spec.partition("=")
         if not label or label in CONDITIONS:
@@ -262,32 +365,42 @@ def main() -> int:
         CONDITIONS[cond] = [*args.talk_args.split(), *CONDITIONS[cond]]
     questions = sorted(q for i in args.inputs for q in (i.glob("*.wav") if i.is_dir() else [i]))
     args.out.mkdir(parents=True, exist_ok=True)
+    questions += make_paused(args.paused, args.out / "paused")
 
-    from services.find_server import ensure_server
-
-    llm_url = ensure_server(args.llm_url)
     turns: list[Turn] = []
     counts: dict[str, dict[str, int]] = {}
-    with private_pulse() as env:
-        # adjust_time=0: the two null sinks run on one clock, so no rate adjustment and no
-        # resampling (which would take CPU from the pipeline being measured).
-        subprocess.run(["pactl", "load-module", "module-combine-sink", "sink_name=both",
-                        "slaves=mic,speaker", "adjust_time=0", "resample_method=trivial"],
-                       env=env, check=True, capture_output=True)
-        for round_ in range(1, args.rounds + 1):
-            order = list(CONDITIONS) if round_ % 2 else list(reversed(CONDITIONS))
-            for cond in order:
-                work = args.out / f"r{round_}-{cond.replace(' ', '-')}"
+
+    def add(cond: str, round_: int, recording: Path, events: list[dict[str, object]]) -> None:
+        turns.extend(turns_of(cond, round_, questions, events,
+                              measure_gaps(recording, questions, events)))
+        got = speculation_counts(events) | {"false_endpoints": false_endpoints(events)}
+        prev = counts.setdefault(cond, dict.fromkeys(got, 0))
+        for k, v in got.items():
+            prev[k] += v
+
+    runs = [(r, cond, args.out / f"r{r}-{cond.replace(' ', '-')}")
+            for r in range(1, args.rounds + 1)
+            for cond in (list(CONDITIONS) if r % 2 else list(reversed(CONDITIONS)))]
+    if args.report_only:
+        for round_, cond, work in runs:
+            add(cond, round_, work / "speaker.wav",
+                [json.loads(line) for line in (work / "events.jsonl").read_text().splitlines()])
+    else:
+        from services.find_server import ensure_server
+
+        llm_url = ensure_server(args.llm_url)
+        with private_pulse() as env:
+            # adjust_time=0: the two null sinks run on one clock, so no rate adjustment and
+            # no resampling (which would take CPU from the pipeline being measured).
+            subprocess.run(["pactl", "load-module", "module-combine-sink", "sink_name=both",
+                            "slaves=mic,speaker", "adjust_time=0", "resample_method=trivial"],
+                           env=env, check=True, capture_output=True)
+            for round_, cond, work in runs:
                 work.mkdir(parents=True, exist_ok=True)
                 print(f"round {round_}: {cond} ({len(questions)} questions) ...", flush=True)
-                recording, events, _ = run_condition(env, llm_url, questions, CONDITIONS[cond],
-                                                     work)
-                gaps = measure_gaps(recording, questions, events)
-                turns += turns_of(cond, round_, questions, events, gaps)
-                got = speculation_counts(events)
-                prev = counts.setdefault(cond, dict.fromkeys(got, 0))
-                for k, v in got.items():
-                    prev[k] += v
+                recording, events, _ = run_condition(env, llm_url, questions,
+                                                     CONDITIONS[cond], work)
+                add(cond, round_, recording, events)
     report = table(turns, counts)
     (args.out / "live.json").write_text(json.dumps(
         {"turns": [asdict(t) | {"device_ms": t.device_ms} for t in turns],
