@@ -69,6 +69,8 @@ async def test_a_confirmed_speculation_plays_and_sets_the_endpoint(llm) -> None:
     assert turn.speculative and turn.result.error is None
     assert seen.index("speculation.endpoint") < seen.index("speculation.confirmed") \
         < seen.index("playback.start")
+    # The endpoint decision (with its pitch cue) never holds up the LLM request.
+    assert seen.index("asr.end") < seen.index("llm.request") < seen.index("speculation.endpoint")
     assert turn.endpoint_ms == 250 and turn.speech_end_ms == 200
     assert live.stats.to_dict()["started"] == 1 and live.stats.confirmed == 1
     assert len(runner.conversation.history) == 2
