@@ -96,11 +96,10 @@ def read_wav(path: Path) -> np.ndarray:
 
 def make_paused(n: int, folder: Path) -> list[Path]:
     """``n`` questions with a mid-sentence pause, made with espeak-ng (not the reply's voice)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
     from pipeline.audio_in import SAMPLE_RATE, load_wav  # resamples espeak-ng's 22 kHz
 
-    tmp = folder / "part.wav"
+    folder.mkdir(parents=True, exist_ok=True)
+    out, tmp = [], folder / "part.wav"
     for i, (head, rest) in enumerate(PAUSED[:n]):
         parts = []
         for text in (head, rest):
