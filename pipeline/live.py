@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pipeline.audio_in import SAMPLE_RATE
-from pipeline.endpoint import EndpointPolicy
+from pipeline.endpoint import EndpointDecision, EndpointPolicy
 from pipeline.events import Event, EventName
 from pipeline.mic import SegmentEvent, SpeechPause, SpeechResumed, UtteranceEnd
 from pipeline.prosody import ProsodyCue, final_cue
@@ -76,6 +76,18 @@ class LiveTurn:
     def first_audio_from_speech_end_ms(self) -> float | None:
         """Mouth to ear on the pipeline's clocks (the benchmark measures it on the audio)."""
         return self.result.metrics.first_audio_from_speech_end_ms
+
+
+def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
+                   cue: ProsodyCue) -> EndpointDecision:
+    """The policy on a speculative transcript (its words, Whisper's confidence, the pitch
+    at the pause), recorded in the running turn as ``speculation.endpoint``."""
+    logprob = asr_end.data.get("avg_logprob")
+    decision = policy.decide(str(asr_end.data.get("text", "")),
+                             float(logprob) if logprob is not None else None, cue)
+    runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms, reason=str(decision.reason),
+                pitch_fall_st=round(cue.fall_st, 1))
+    return decision
 
 
 def _silence_ms(detected_sample: int, end_sample: int) -> float:
@@ -205,12 +217,7 @@ class LiveTurnTaker:
         cue = await spec.cue
         if self._spec is not spec or spec.cancelled or spec.confirmed.is_set():
             return  # the user went on, or the utterance already ended
-        logprob = ev.data.get("avg_logprob")
-        decision = self.policy.decide(str(ev.data.get("text", "")),
-                                      float(logprob) if logprob is not None else None, cue)
-        self.segmenter.end_after(decision.wait_ms)
-        self.runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms,
-                         reason=str(decision.reason), pitch_fall_st=round(cue.fall_st, 1))
+        self.segmenter.end_after(judge_endpoint(self.policy, self.runner, ev, cue).wait_ms)
 
     # -- ordinary turns ---------------------------------------------------------------------
     async def _turn(self, utterance: UtteranceEnd, t0: float, endpoint_ms: float) -> None:

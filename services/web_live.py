@@ -36,6 +36,7 @@ import numpy as np
 
 from pipeline.endpoint import EndpointDecision, EndpointPolicy
 from pipeline.events import Event, EventName
+from pipeline.live import judge_endpoint
 from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.tasks import TaskSet
 
@@ -173,12 +174,8 @@ class PageSpeculator:
         cue = await spec.cue
         if self.running is not spec or spec.cancelled or spec.confirmed.is_set():
             return  # the page already ended or resumed: nothing left to tell it
-        logprob = asr_end.data.get("avg_logprob")
-        decision = self.policy.decide(str(asr_end.data.get("text", "")),
-                                      float(logprob) if logprob is not None else None, cue)
+        decision = judge_endpoint(self.policy, self.runner, asr_end, cue)
         spec.utterance.decision = decision
-        self.runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms,
-                         reason=str(decision.reason), pitch_fall_st=round(cue.fall_st, 1))
         self.outbox.json({"type": "endpoint", "input_id": spec.input_id, "pause": spec.pause,
                           "turn": asr_end.turn, "wait_ms": decision.wait_ms,
                           "reason": str(decision.reason),
