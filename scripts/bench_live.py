@@ -96,18 +96,14 @@ def read_wav(path: Path) -> np.ndarray:
 
 def make_paused(n: int, folder: Path) -> list[Path]:
     """``n`` questions with a mid-sentence pause, made with espeak-ng (not the reply's voice)."""
-    from pipeline.audio_in import SAMPLE_RATE, load_wav  # resamples espeak-ng's 22 kHz
+    from bench_endpoint import speak  # espeak-ng at 16 kHz, trimmed to its voice
+
+    from pipeline.audio_in import SAMPLE_RATE
 
     folder.mkdir(parents=True, exist_ok=True)
-    out, tmp = [], folder / "part.wav"
+    out = []
     for i, (head, rest) in enumerate(PAUSED[:n]):
-        parts = []
-        for text in (head, rest):
-            subprocess.run(["espeak-ng", "-v", "en-us", "-s", "165", "-w", str(tmp), text],
-                           check=True, capture_output=True)
-            audio = load_wav(tmp)
-            loud = np.flatnonzero(np.abs(audio) > 0.01)
-            parts.append(audio[loud[0]:loud[-1] + 1])
+        parts = [speak(text, "en-us", 165, folder) for text in (head, rest)]
         gap = np.zeros(SAMPLE_RATE * PAUSE_MS // 1000, np.float32)
         lead = np.zeros(SAMPLE_RATE // 5, np.float32)
         pcm = np.concatenate([lead, parts[0], gap, parts[1], lead])
@@ -118,7 +114,7 @@ def make_paused(n: int, folder: Path) -> list[Path]:
             w.setframerate(SAMPLE_RATE)
             w.writeframes((np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes())
         out.append(path)
-    tmp.unlink(missing_ok=True)
+    (folder / "say.wav").unlink(missing_ok=True)  # speak()'s scratch file
     return out
 
 
