@@ -133,16 +133,20 @@ def test_abort_stops_only_that_threads_synthesis(tts: PiperTts) -> None:
     assert tts.synthesize("Still working.").size > 0  # the voice is usable afterwards
 
 
-_RSS_AFTER_A_LONG_SENTENCE = """
+# Run in a fresh process after this prelude (the voice loaded, ``rss_mb()``); each script
+# prints RSS in MB before and after what it measures.
+_PIPER_AND_RSS = """
 import sys
 from pathlib import Path
 from pipeline.tts import PiperTts
-onnx, cfg = Path(sys.argv[1]), Path(sys.argv[2])
-tts = PiperTts(onnx, cfg, threads=1)
+tts = PiperTts(Path(sys.argv[1]), Path(sys.argv[2]), threads=1)
 tts.load()
 def rss_mb():
     status = Path("/proc/self/status").read_text().splitlines()
     return int(next(x for x in status if x.startswith("VmRSS:")).split()[1]) // 1024
+"""
+
+_RSS_AFTER_A_LONG_SENTENCE = """
 before = rss_mb()
 tts.synthesize(" ".join(["The sky is blue because of a process called Rayleigh scattering,"
                          " which happens in the air"] * 6) + ".")
@@ -152,14 +156,6 @@ print(before, rss_mb())
 
 _RSS_OVER_VARIED_SENTENCES = """
 import random
-import sys
-from pathlib import Path
-from pipeline.tts import PiperTts
-tts = PiperTts(Path(sys.argv[1]), Path(sys.argv[2]), threads=1)
-tts.load()
-def rss_mb():
-    status = Path("/proc/self/status").read_text().splitlines()
-    return int(next(x for x in status if x.startswith("VmRSS:")).split()[1]) // 1024
 words = ("the sky is blue because light from the sun is scattered by the air and the "
          "short waves of blue light scatter more than the long red ones").split()
 rng = random.Random(5)
@@ -171,13 +167,13 @@ print(before, rss_mb())
 
 
 def rss_before_after(script: str, timeout: float) -> tuple[int, int]:
-    """Run ``script`` (it prints RSS in MB before and after) on the voice, in a fresh
-    process: memory the test process already holds must not hide what it measures."""
+    """Run ``script`` after ``_PIPER_AND_RSS`` in a fresh process: memory the test
+    process already holds must not hide what it measures."""
     import subprocess
     import sys
 
     onnx, cfg = piper_voice()
-    out = subprocess.run([sys.executable, "-c", script, str(onnx), str(cfg)],
+    out = subprocess.run([sys.executable, "-c", _PIPER_AND_RSS + script, str(onnx), str(cfg)],
                          capture_output=True, text=True, check=True, timeout=timeout,
                          cwd=Path(__file__).resolve().parent.parent)
     before, after = (int(x) for x in out.stdout.split())
