@@ -125,8 +125,8 @@ def voiced_span(path: Path) -> tuple[float, float]:
 
 
 def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extra: list[str],
-                  work: Path) -> tuple[Path, list[dict[str, object]], list[float]]:
-    """One talk process over all questions; returns (recording, events, play start times)."""
+                  work: Path) -> tuple[Path, list[dict[str, object]]]:
+    """One talk process over all questions; returns (recording, events)."""
     events_path, recording = work / "events.jsonl", work / "speaker.wav"
     talk = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "talk", "--llm-url", llm_url, "--headphones",
@@ -171,7 +171,7 @@ def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extr
             recorder.send_signal(signal.SIGINT)
             recorder.wait(timeout=10)
     log.poll()
-    return recording, log.events, []
+    return recording, log.events
 
 
 def answered(events: list[dict[str, object]]) -> list[int]:
@@ -393,7 +393,7 @@ def main() -> int:
             for round_, cond, work in runs:
                 work.mkdir(parents=True, exist_ok=True)
                 print(f"round {round_}: {cond} ({len(questions)} questions) ...", flush=True)
-                recording, events, _ = run_condition(env, llm_url, questions,
+                recording, events = run_condition(env, llm_url, questions,
                                                      CONDITIONS[cond], work)
                 add(cond, round_, recording, events)
     report = table(turns, counts)
