@@ -37,17 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from pipeline.prosody import ProsodyCue
-
-# Words after which an English sentence cannot end (or almost never does).
-_CONTINUES = frozenset("""
-a an the and or but nor so yet because since although though while if unless until when
-whereas whether than that which who whom whose where to of in on at by for from with about
-into onto over under between through during before after without within against among
-like as is are was were be been being am do does did have has had will would can could
-shall should may might must my your his her its our their this these those some any
-every each no not very really more most less also just then um uh er erm many much
-few several why how what which
-""".split())
+from pipeline.splitter_data import CONTINUES as _CONTINUES
 
 _FILLERS = frozenset({"um", "uh", "er", "erm", "hmm", "mm", "ah", "oh"})
 

@@ -37,6 +37,7 @@ import re
 
 from pipeline.splitter_data import ACRONYM_WORDS as _ACRONYM_WORDS
 from pipeline.splitter_data import (
+    CONTINUES,
     ROMAN,
     SPLIT_ABBREVIATION_WORDS,
     TIME_ZONE_WORDS,
@@ -500,7 +501,8 @@ class SpeechChunker:
     def __init__(self, splitter: SentenceSplitter | None = None, *,
                  max_sentences: int | None = None, first_max_chars: int | None = None,
                  first_phrase_chars: int | None = None,
-                 phrase_starts: frozenset[str] = PHRASE_STARTS) -> None:
+                 phrase_starts: frozenset[str] = PHRASE_STARTS,
+                 first_word_chars: int | None = None) -> None:
         self.splitter = splitter if splitter is not None else SentenceSplitter()
         self.max_sentences = max_sentences
         self.first_max_chars = first_max_chars
@@ -508,11 +510,16 @@ class SpeechChunker:
         # phrase-starting word that begins at or after this many characters (None: never).
         self.first_phrase_chars = first_phrase_chars
         self.phrase_starts = phrase_starts
+        # A first sentence that reaches this many characters with neither is cut at a word
+        # boundary anyway (None: never): a long head is a long wait for its synthesis.
+        self.first_word_chars = first_word_chars
         self.sentences = 0  # full sentences released
         self._first_open = first_max_chars is not None  # still watching the first sentence
         self._fed_len = 0  # characters fed while watching the first sentence
         self._clause_end = -1  # offset in the fed text just after the latest clause mark
-        self._phrases: list[int] = []  # offsets of the phrase-starting words fed so far
+        # Offsets of the phrase-starting words fed so far, and of the space after each.
+        self._phrases: list[tuple[int, int]] = []
+        self._word_ends: list[int] = []  # offsets after the words a head may end with
         self._word = ""  # the word being fed, and where it began
         self._word_at = 0
         self._prev = self._prev2 = ""  # the last two characters fed
@@ -560,7 +567,9 @@ class SpeechChunker:
                 self._word += c
             elif self._word:
                 if c.isspace() and self._word.lower() in self.phrase_starts:
-                    self._phrases.append(self._word_at)
+                    self._phrases.append((self._word_at, self._fed_len))
+                if c.isspace() and self._word.lower() not in CONTINUES:
+                    self._word_ends.append(self._fed_len)
                 self._word = ""
             self._prev2, self._prev = self._prev, c
             self._fed_len += 1
@@ -569,14 +578,37 @@ class SpeechChunker:
         if pending <= self.first_max_chars:
             return []
         limit = self.first_phrase_chars
-        late = [p - start for p in self._phrases if limit is not None
-                and p - start >= max(limit, _MIN_PHRASE_HEAD)]
+        # With the word cut, a phrase start counts only within its first W characters: by
+        # then the word cut decides, however the text was chunked.
+        within = start + (self.first_word_chars or pending)
+        late = [p - start for p, space in self._phrases if limit is not None
+                and p - start >= max(limit, _MIN_PHRASE_HEAD) and space < within]
         if self._clause_end > start:
             cut = self._clause_end - start
         elif late:
             cut = late[0]
+        elif (self.first_word_chars is not None and pending >= self.first_word_chars
+              and (word_cut := self._word_cut(start)) is not None):
+            cut = word_cut
         else:
             return []
         self._first_open = False  # one cut per reply; later sentences are never cut
         head = self.splitter.cut_pending(cut)
         return [head] if head else []
+
+    def _word_cut(self, start: int) -> int | None:
+        """Where a long first sentence with no clause mark and no late phrase start is cut:
+        before an earlier phrase start ("Blue appears | because of ..."), else after the
+        last word a phrase can end with ("The history of bicycles | dates back ...", never
+        "... thousands of | years"), never leaving a head under 12 characters. Only words
+        finished within the first ``first_word_chars`` count, so the chunking of the text
+        does not change the cut."""
+        assert self.first_word_chars is not None
+        within = start + self.first_word_chars
+        early = [p - start for p, space in self._phrases
+                 if p - start >= _MIN_PHRASE_HEAD and space < within]
+        if early:
+            return early[0]
+        ends = [e - start for e in self._word_ends
+                if e - start >= _MIN_PHRASE_HEAD and e < within]
+        return ends[-1] if ends else None

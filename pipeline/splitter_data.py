@@ -123,6 +123,18 @@ _LEADS_ONLY_WITH_DE = _f("am die den des ein sein")
 # they continue after a number only when a lead comes before it ("am 9. November").
 _WORDS_ALSO_ENGLISH = _f("April August September November Band Person Minute Stock Tag")
 
+# Words after which an English sentence cannot end (or almost never does): the endpoint
+# waits longer after them, and the first-sentence cut never leaves a head ending in one.
+CONTINUES = frozenset("""
+a an the and or but nor so yet because since although though while if unless until when
+whereas whether than that which who whom whose where to of in on at by for from with about
+into onto over under between through during before after without within against among
+like as is are was were be been being am do does did have has had will would can could
+shall should may might must my your his her its our their this these those some any
+every each no not very really more most less also just then um uh er erm many much
+few several why how what which
+""".split())
+
 # After "a.m." / "p.m." these belong to the time: "3 p.m. EST on Friday".
 TIME_ZONE_WORDS = _f("EST EDT CST CDT MST MDT PST PDT AKST HST ET CT MT PT GMT UTC BST IST "
                      "CET CEST EET WET JST KST AEST AEDT Eastern Central Mountain Pacific")

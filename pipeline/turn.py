@@ -126,6 +126,11 @@ class TurnConfig:
     # (None: off). Measured with scripts/bench_first_cut.py (docs/live.md).
     first_phrase_chars: int | None = 15
     first_phrase_words: frozenset[str] = PHRASE_STARTS
+    # A first sentence that reaches N chars with neither is cut at a word boundary anyway
+    # ("The history of bicycles | dates back ..."): Piper's time grows with the head.
+    # Measured with scripts/bench_first_cut.py (docs/live.md): first audio -76 ms p50
+    # paired, against the cut at a phrase start only. None: off.
+    first_word_chars: int | None = 36
     temperature: float = 0.3
     seed: int | None = 1234
     # Without a repetition penalty SmolLM2-135M settles, within ~15 turns of one
@@ -475,7 +480,8 @@ class _Turn:
                                 max_sentences=self.cfg.max_sentences,
                                 first_max_chars=self.cfg.first_max_chars,
                                 first_phrase_chars=self.cfg.first_phrase_chars,
-                                phrase_starts=self.cfg.first_phrase_words)
+                                phrase_starts=self.cfg.first_phrase_words,
+                                first_word_chars=self.cfg.first_word_chars)
         try:
             async with stream:
                 async for ev in stream:

@@ -1,18 +1,17 @@
 #!/usr/bin/env python3
-"""The first sentence's word-boundary cut: off, the previous default and the new one, on the
-same questions in one run.
+"""The first sentence's cuts: the default, and the default plus the word cut at two lengths,
+on the same questions in one run.
 
 When the endpoint is short, what the user waits for is the first sentence: decoded to its
 end, then synthesized whole by Piper. A first sentence with a clause mark is released at it
-once it passes ``--first-max-chars``; one without ("The best way to make sure you have a
-fun weekend is to plan ahead.") is cut before the first phrase-starting word at or past
-``--first-phrase-chars``. Three conditions: no cut; the previous default (30 / 25
-characters, conjunctions and "to/is/with..." only); the current default (20 / 15, with
-prepositions too: "Airplanes stay | in the air"). Every question runs in each condition,
-the order alternating per question and round, each in a fresh conversation, against the
-real llama-server with the real Piper voice played in real time (null sink). Reports
-first_audio_ms p50/p95 with the ratio to no cut, the LLM and TTS parts, and the head's
-length.
+once it passes ``--first-max-chars``; one without ("Airplanes stay in the air by ...") is cut
+before the first phrase-starting word at or past ``--first-phrase-chars``. One with neither
+("The history of bicycles dates back thousands of years.") is spoken whole, unless the word
+cut (``--first-word-chars``) releases it after its last word a phrase can end with once it
+reaches that many characters. Every question runs in each condition, the order alternating
+per question and round, each in a fresh conversation, against the real llama-server with
+the real Piper voice played in real time (null sink). Reports first_audio_ms p50/p95 with
+the ratio to the first condition, the LLM and TTS parts, and the head's length.
 
     flock /tmp/cpu.lock scripts/bench_first_cut.py [--llm-url URL] [--rounds 2]
         [--out out/first_cut]
@@ -45,7 +44,6 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pipeline.audio_out import RealtimeNullSink
     from pipeline.conversation import Conversation
     from pipeline.events import EventName
-    from pipeline.splitter import CLAUSE_STARTS, PHRASE_STARTS
     from services.assistant import load_assistant
 
     assistant = await load_assistant(args.llm_url)
@@ -55,16 +53,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     # a 4-sentence reply would be seconds of real-time playback per turn.
     base = replace(assistant.config, max_sentences=1)
     configs = {
-        "off": replace(base, first_max_chars=None, first_phrase_chars=None),
-        "30/25, conjunctions (previous)": replace(base, first_max_chars=30,
-                                                  first_phrase_chars=25,
-                                                  first_phrase_words=CLAUSE_STARTS),
-        "20/15, + prepositions (default)": replace(base, first_max_chars=20,
-                                                   first_phrase_chars=15,
-                                                   first_phrase_words=PHRASE_STARTS),
+        "20/15, no word cut": replace(base, first_max_chars=20, first_phrase_chars=15,
+                                      first_word_chars=None),
+        "+ word cut at 36 (default)": replace(base, first_max_chars=20,
+                                              first_phrase_chars=15, first_word_chars=36),
+        "+ word cut at 28": replace(base, first_max_chars=20, first_phrase_chars=15,
+                                    first_word_chars=28),
     }
     labels = list(configs)
-    runner = assistant.runner(sink, Conversation(), config=configs["off"])
+    runner = assistant.runner(sink, Conversation(), config=configs[labels[0]])
     await runner.run(text="Hello there.")  # warm-up: the system prompt's KV is cached
     rows: list[dict[str, Any]] = []
     total = args.rounds * len(QUESTIONS) * len(labels)
@@ -115,8 +112,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "first_cut.json").write_text(json.dumps(report, indent=2) + "\n")
     s = report["summary"]
-    base = s["off"]["first_audio_p50"]
-    lines = ["| first-sentence cut | turns | first audio p50 (p95) | ratio vs off | "
+    base = next(iter(s.values()))["first_audio_p50"]
+    lines = ["| first-sentence cut | turns | first audio p50 (p95) | ratio vs the first | "
              "first sentence p50 | TTS first p50 | first chunk chars p50 |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for label, x in s.items():

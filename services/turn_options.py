@@ -37,6 +37,10 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
                    metavar="N", help="word-boundary cut: a first sentence with no clause "
                    "mark is released before the first 'and/to/is/in/by...' at or past N "
                    "characters; 0 = off (default %(default)s; measured in docs/live.md)")
+    p.add_argument("--first-word-chars", type=int, default=TurnConfig.first_word_chars,
+                   metavar="N", help="a first sentence that reaches N characters with neither "
+                   "a clause mark nor such a word is cut after its last word that can end a "
+                   "phrase (not 'the/of/my...'); 0 = off (default %(default)s)")
     p.add_argument("--repeat-penalty", type=float, default=TurnConfig.repeat_penalty,
                    metavar="X", help="llama-server's repetition penalty over the last "
                    f"{TurnConfig.repeat_last_n} tokens; without it the small model falls "
@@ -76,6 +80,7 @@ def turn_config(args: argparse.Namespace, mode: str) -> TurnConfig:
                       max_sentences=args.max_sentences or None,
                       first_max_chars=args.first_max_chars or None,
                       first_phrase_chars=args.first_phrase_chars or None,
+                      first_word_chars=args.first_word_chars or None,
                       repeat_penalty=None if args.repeat_penalty == 1 else args.repeat_penalty)
 
 

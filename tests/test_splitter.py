@@ -430,9 +430,40 @@ def test_phrase_cut_before_a_preposition_by_default() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(chunked(), st.integers(1, 40), st.sampled_from([None, 15, 40]))
+@given(chunked(), st.integers(1, 40), st.sampled_from([None, 15, 40]),
+       st.sampled_from([None, 20, 28]))
 def test_chunker_keeps_every_character(sample: tuple[str, list[str]], limit: int,
-                                       phrase: int | None) -> None:
+                                       phrase: int | None, word: int | None) -> None:
     text, chunks = sample
-    out = run_chunker(SpeechChunker(first_max_chars=limit, first_phrase_chars=phrase), chunks)
+    out = run_chunker(SpeechChunker(first_max_chars=limit, first_phrase_chars=phrase,
+                                    first_word_chars=word), chunks)
     assert "".join("".join(out).split()) == "".join(text.split())
+
+
+def test_word_cut_after_the_last_word_a_phrase_can_end_with() -> None:
+    text = "The history of bicycles dates back thousands of years. It began in 1817."
+    for name, chunking in CHUNKINGS.items():
+        c = SpeechChunker(first_max_chars=20, first_phrase_chars=15, first_word_chars=28)
+        assert run_chunker(c, chunking(text)) == [
+            "The history of bicycles", "dates back thousands of years.", "It began in 1817."
+        ], name
+    # Never after "of", "the", "several"...: the head goes back to a word that can end it.
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=15, first_word_chars=36)
+    assert run_chunker(c, ["A typical day out involves several activities such as hiking."]) \
+        == ["A typical day out involves", "several activities such as hiking."]
+
+
+def test_word_cut_prefers_an_early_phrase_start_and_is_off_by_default() -> None:
+    text = "Blue appears because of light scattering in the air."
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=15, first_word_chars=28)
+    assert run_chunker(c, CHUNKINGS["llm_tokens"](text)) == \
+        ["Blue appears", "because of light scattering in the air."]  # "because" at 13 < 15
+    c = SpeechChunker(first_max_chars=20, first_phrase_chars=15)  # off: on to "in"
+    assert run_chunker(c, CHUNKINGS["llm_tokens"](text)) == \
+        ["Blue appears because of light scattering", "in the air."]
+    short = "It is true and so on ok."  # 24 characters: under 28, no word cut
+    c = SpeechChunker(first_max_chars=10, first_word_chars=28)
+    assert run_chunker(c, list(short)) == [short]
+    longer = "It is true that cats sleep a lot."
+    assert run_chunker(SpeechChunker(first_max_chars=10, first_word_chars=28),
+                       list(longer)) == ["It is true that cats sleep", "a lot."]
