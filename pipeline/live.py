@@ -33,18 +33,28 @@ from typing import Any, Protocol
 from pipeline.audio_in import SAMPLE_RATE
 from pipeline.endpoint import EndpointDecision, EndpointPolicy
 from pipeline.events import Event, EventName
-from pipeline.mic import SegmentEvent, SpeechPause, SpeechResumed, UtteranceEnd
+from pipeline.mic import SegmentEvent, SpeechPause, SpeechResumed, SpeechStart, UtteranceEnd
 from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.tasks import TaskSet
 from pipeline.turn import TurnResult, TurnRunner
+from pipeline.warm import EngineWarmer
 
 log = logging.getLogger(__name__)
 
 
 class EndSetter(Protocol):
-    """What the taker needs of the segmenter: set the current utterance's end silence."""
+    """What the taker needs of the segmenter: set the current utterance's end silence, and
+    how long the voice has been off (the engines are warmed only while it is on)."""
 
     def end_after(self, silence_ms: float | None) -> None: ...
+
+    @property
+    def silence_ms(self) -> float: ...
+
+
+# A warm pass starts only this soon after a voiced window, so it ends (~60-100 ms) before
+# the 200 ms pause that starts the speculative turn.
+_WARM_WHILE_SILENT_MS = 64
 
 
 @dataclass
@@ -108,7 +118,7 @@ class _Speculation:
 class LiveTurnTaker:
     def __init__(self, runner: TurnRunner, segmenter: EndSetter, *,
                  on_turn: Callable[[LiveTurn], None], speculate: bool = True,
-                 policy: EndpointPolicy | None = None) -> None:
+                 policy: EndpointPolicy | None = None, keep_warm: bool = True) -> None:
         self.runner, self.segmenter, self.on_turn = runner, segmenter, on_turn
         self.speculate = speculate
         self.policy = policy or EndpointPolicy()
@@ -118,15 +128,31 @@ class LiveTurnTaker:
         self._previous: asyncio.Task[None] | None = None  # the last turn, finishing
         self._count = 0
         runner.listeners.append(self._on_event)
+        # Whisper and Piper, kept warm while the user speaks (pipeline/warm.py).
+        self.warmer = (EngineWarmer([runner.asr, runner.tts], ready=self._warm_now)
+                       if keep_warm else None)
 
     # -- fed by the microphone reader (synchronous: never blocks the mic) ----------------
     def on_segment(self, ev: SegmentEvent) -> None:
+        if self.warmer is not None:
+            if isinstance(ev, (SpeechStart, SpeechResumed)):
+                self.warmer.speaking()
+            elif isinstance(ev, SpeechPause):
+                self.warmer.silent()
         if isinstance(ev, SpeechPause) and self.speculate and not self._turn_running():
             self._start_speculation(ev)
         elif isinstance(ev, SpeechResumed) and self._spec is not None:
             self._cancel_speculation(f"speech resumed after {ev.pause_ms:.0f} ms")
 
+    def _warm_now(self) -> bool:
+        # Never next to a turn (its own engines are hot and it needs the cores), and only
+        # while the voice is on.
+        return (not self.runner.busy and self._spec is None
+                and self.segmenter.silence_ms <= _WARM_WHILE_SILENT_MS)
+
     def on_utterance(self, utterance: UtteranceEnd) -> None:
+        if self.warmer is not None:
+            self.warmer.silent()
         endpoint_ms = _silence_ms(utterance.detected_sample, utterance.end_sample)
         spec = self._spec
         if spec is not None and not spec.cancelled:
@@ -144,6 +170,8 @@ class LiveTurnTaker:
     async def close(self, grace_s: float = 3.0) -> None:
         """End the conversation: a running turn is closed the way barge-in closes it
         (stream closed, slot confirmed idle, what was heard kept), then the rest stops."""
+        if self.warmer is not None:
+            self.warmer.silent()
         if self._spec is not None:
             self._cancel_speculation("conversation ended")
         if self.runner.interrupt("conversation ended") and self._previous is not None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _WARMUP_TEXT = "Hello."
+_WARM_TEXT = "Hm."
 
 # --- markdown -> speech -----------------------------------------------------------------
 _IMAGE = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
@@ -129,6 +130,12 @@ class PiperTts:
         the next turn needs. Other threads' (other sessions') syntheses go on."""
         if self._session is not None:
             self._session.abort(thread_id)
+
+    def keep_warm(self) -> None:
+        """One short word through the voice (``pipeline.warm``: after a few seconds idle
+        the next sentence here took ~100 ms longer)."""
+        if self._voice is not None:
+            self.synthesize(_WARM_TEXT)
 
     def synthesize(self, text: str) -> np.ndarray:
         """int16 mono samples for ``text`` (cleaned with ``speakable`` first; calling it

@@ -43,11 +43,13 @@ class LiveOptions:
     speculate: bool = True  # start at the first pause; False: a fixed end silence
     pause_ms: int = 200
     end_silence_ms: int = 600
+    keep_warm: bool = True  # tiny engine passes while the user speaks (pipeline/warm.py)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, speculate: bool | None = None) -> LiveOptions:
         return cls(speculate=args.speculate if speculate is None else speculate,
-                   pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms)
+                   pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms,
+                   keep_warm=args.keep_warm)
 
 
 class LiveConversation:
@@ -76,7 +78,7 @@ class LiveConversation:
             pause_ms=options.pause_ms if options.speculate else None))
         self._finished: asyncio.Queue[LiveTurn] = asyncio.Queue()
         self.taker = LiveTurnTaker(runner, self._segmenter, on_turn=self._finished.put_nowait,
-                                   speculate=options.speculate)
+                                   speculate=options.speculate, keep_warm=options.keep_warm)
         self._mic = RecordedMic()
         self._tasks = TaskSet("live-conversation")
         self._turns = 0

@@ -220,6 +220,10 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
                    "start at the first pause, a fixed --end-silence-ms)")
     p.add_argument("--pause-ms", type=int, default=200, metavar="MS",
                    help="pause that starts a speculative turn (default %(default)s)")
+    p.add_argument("--no-keep-warm", dest="keep_warm", action="store_false",
+                   help="do not run tiny Whisper and Piper passes while you speak (they keep "
+                   "the engines warm for the turn at your pause: ~10%% of the CPU while you "
+                   "speak; docs/live.md)")
 
 
 def check_live_options(args: argparse.Namespace) -> None:

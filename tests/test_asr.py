@@ -67,6 +67,15 @@ def test_transcribes_shipped_sample(asr: WhisperAsr, name: str, window: str) -> 
     assert word_error_rate(words(TRANSCRIPTS[name]), words(result.text)) <= MAX_WER, result
 
 
+def test_keep_warm_leaves_the_next_transcription_unchanged(asr: WhisperAsr) -> None:
+    name = sorted(TRANSCRIPTS)[0]
+    audio = load_wav(SAMPLES / name)
+    before = asr.recognize(audio)
+    asr.keep_warm()  # a two-token pass on silence: nothing of it carries over
+    after = asr.recognize(audio)
+    assert (after.text, after.tokens) == (before.text, before.tokens) and after.text
+
+
 def test_default_window_is_fitted(asr: WhisperAsr) -> None:
     assert asr.window == "fitted"
     assert asr.recognize(load_wav(SAMPLES / "03_sky_blue.wav")).window == "fitted"

@@ -21,6 +21,8 @@ RATE = 16000
 
 
 class RecordingSegmenter:
+    silence_ms = 0.0
+
     def __init__(self) -> None:
         self.ends: list[float | None] = []
 

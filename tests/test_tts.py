@@ -84,6 +84,13 @@ def test_synthesize_plausible_speech(tts: PiperTts, text: str) -> None:
 
 
 @pytest.mark.integration
+def test_keep_warm_leaves_the_voice_speaking(tts: PiperTts) -> None:
+    before = tts.synthesize("The sky is blue.")
+    tts.keep_warm()  # one word through the voice, thrown away
+    after = tts.synthesize("The sky is blue.")  # Piper's durations are sampled: not equal
+    assert before.size > 0.5 * tts.sample_rate and abs(after.size - before.size) < before.size / 4
+
+
 def test_markdown_is_not_spoken(tts: PiperTts) -> None:
     clean = tts.synthesize("Keep a regular schedule.")
     marked = tts.synthesize("- **Keep** a `regular` schedule.")
