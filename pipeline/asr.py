@@ -241,7 +241,7 @@ class WhisperAsr:
 
     def keep_warm(self) -> None:
         """Encoder and decoder on 0.3 s of silence, two tokens (``pipeline.warm``: after a
-        few seconds idle the next transcription here was ~130 ms slower)."""
+        few seconds idle the next transcription here was up to 1.5x slower)."""
         if self._model is not None:
             silence = np.zeros(_WARM_SAMPLES, dtype=np.float32)
             self._fitted(silence, fitted_frames(silence.size, 0.0), max_tokens=2)

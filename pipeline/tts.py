@@ -133,7 +133,7 @@ class PiperTts:
 
     def keep_warm(self) -> None:
         """One short word through the voice (``pipeline.warm``: after a few seconds idle
-        the next sentence here took ~100 ms longer)."""
+        the next sentence here took up to 1.3x longer)."""
         if self._voice is not None:
             self.synthesize(_WARM_TEXT)
 

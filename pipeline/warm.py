@@ -1,13 +1,13 @@
 """Keep the engines warm while the user speaks.
 
-On these machines an engine that sat idle for a few seconds is slow on its next call, and
-a live turn always follows seconds of idling (the user was talking). Measured here, the
-same call right after another vs after 6 s idle: Whisper 166 -> 293 ms, Piper 134 -> 232
-ms, llama-server's time to first token 73 -> 123 ms; spinning the CPU meanwhile did not
-help, running the engine did (docs/live.md, "Warm engines"). So while the user is
-speaking, and no turn runs, ``EngineWarmer`` runs a tiny pass of each engine about once a
-second (``keep_warm()``: Whisper on 0.3 s of silence, Piper on one word), so the turn that
-starts at the pause finds them warm.
+On these machines an engine that sat idle for a few seconds can be slow on its next call,
+and a live turn always follows seconds of idling (the user was talking). After 6 s idle
+against right after another call (``scripts/bench_idle.py``, three runs one night):
+Whisper 1.03-1.45x, Piper 1.20-1.34x; in the loops that found it, up to 1.8x. Spinning
+the CPU meanwhile did not help, running the engine did (docs/live.md, "Warm engines").
+So while the user is speaking, and no turn runs, ``EngineWarmer`` runs a tiny pass of
+each engine about once a second (``keep_warm()``: Whisper on 0.3 s of silence, Piper on
+one word), so the turn that starts at the pause finds them warm.
 
 A pass runs only while the voice is on (the caller's ``ready()``), so it ends before the
 pause that starts the turn (a pass takes ~60-100 ms, the pause is 200 ms). What it costs:
