@@ -91,6 +91,7 @@ def test_keep_warm_leaves_the_voice_speaking(tts: PiperTts) -> None:
     assert before.size > 0.5 * tts.sample_rate and abs(after.size - before.size) < before.size / 4
 
 
+@pytest.mark.integration
 def test_markdown_is_not_spoken(tts: PiperTts) -> None:
     clean = tts.synthesize("Keep a regular schedule.")
     marked = tts.synthesize("- **Keep** a `regular` schedule.")
