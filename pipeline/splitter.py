@@ -588,7 +588,7 @@ class SpeechChunker:
         elif late:
             cut = late[0]
         elif (self.first_word_chars is not None and pending >= self.first_word_chars
-              and (word_cut := self._word_cut(start)) is not None):
+              and (word_cut := self._word_cut(start, within)) is not None):
             cut = word_cut
         else:
             return []
@@ -596,15 +596,13 @@ class SpeechChunker:
         head = self.splitter.cut_pending(cut)
         return [head] if head else []
 
-    def _word_cut(self, start: int) -> int | None:
+    def _word_cut(self, start: int, within: int) -> int | None:
         """Where a long first sentence with no clause mark and no late phrase start is cut:
         before an earlier phrase start ("Blue appears | because of ..."), else after the
         last word a phrase can end with ("The history of bicycles | dates back ...", never
         "... thousands of | years"), never leaving a head under 12 characters. Only words
-        finished within the first ``first_word_chars`` count, so the chunking of the text
-        does not change the cut."""
-        assert self.first_word_chars is not None
-        within = start + self.first_word_chars
+        finished before ``within`` (``first_word_chars`` past ``start``) count, so the
+        chunking of the text does not change the cut."""
         early = [p - start for p, space in self._phrases
                  if p - start >= _MIN_PHRASE_HEAD and space < within]
         if early:
