@@ -41,7 +41,6 @@ class EngineWarmer:
         self.ready = ready
         self.every_s = every_s
         self.passes = 0
-        self.pass_ms: list[float] = []
         self._task: asyncio.Task[None] | None = None
 
     def speaking(self) -> None:
@@ -65,5 +64,6 @@ class EngineWarmer:
                     except Exception as e:  # a failed warm-up only costs latency
                         log.debug("keep_warm of %s failed: %s", type(engine).__name__, e)
                 self.passes += 1
-                self.pass_ms.append((time.monotonic() - started) * 1000)
+                log.debug("warm pass %d: %.0f ms", self.passes,
+                          (time.monotonic() - started) * 1000)
             await asyncio.sleep(self.every_s)

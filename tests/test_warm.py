@@ -42,7 +42,7 @@ async def test_passes_run_while_speaking_off_the_loop_and_stop_at_silence() -> N
     await asyncio.sleep(0.05)
     assert asr.passes == stopped_at and tts.passes >= stopped_at - 1
     assert threading.get_ident() not in asr.threads  # blocking passes run in threads
-    assert warmer.passes >= 3 and len(warmer.pass_ms) == warmer.passes
+    assert warmer.passes >= 3
 
 
 async def test_no_pass_unless_ready_and_a_failing_engine_is_skipped() -> None:
