@@ -394,7 +394,7 @@ def main() -> int:
                 work.mkdir(parents=True, exist_ok=True)
                 print(f"round {round_}: {cond} ({len(questions)} questions) ...", flush=True)
                 recording, events = run_condition(env, llm_url, questions,
-                                                     CONDITIONS[cond], work)
+                                                  CONDITIONS[cond], work)
                 add(cond, round_, recording, events)
     report = table(turns, counts)
     (args.out / "live.json").write_text(json.dumps(
