@@ -31,9 +31,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pipeline.audio_in import SAMPLE_RATE
+from pipeline.early_asr import EarlyTranscript
 from pipeline.endpoint import EndpointDecision, EndpointPolicy
 from pipeline.events import Event, EventName
-from pipeline.mic import SegmentEvent, SpeechPause, SpeechResumed, SpeechStart, UtteranceEnd
+from pipeline.mic import (
+    SegmentEvent,
+    SpeechGap,
+    SpeechPause,
+    SpeechResumed,
+    SpeechStart,
+    UtteranceEnd,
+)
 from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.tasks import TaskSet
 from pipeline.turn import TurnResult, TurnRunner
@@ -43,10 +51,15 @@ log = logging.getLogger(__name__)
 
 
 class EndSetter(Protocol):
-    """What the taker needs of the segmenter: set the current utterance's end silence, and
-    how long the voice has been off (the engines are warmed only while it is on)."""
+    """What the taker needs of the segmenter: set the current utterance's end silence (held
+    until the speculative reply is ready), end it now, and how long the voice has been off
+    (the engines are warmed only while it is on)."""
 
-    def end_after(self, silence_ms: float | None) -> None: ...
+    def end_after(self, silence_ms: float | None, *, held: bool = False) -> None: ...
+
+    def release_end(self) -> None: ...
+
+    def end_now(self) -> UtteranceEnd | None: ...
 
     @property
     def silence_ms(self) -> float: ...
@@ -65,6 +78,8 @@ class SpeculationStats:
     cancelled_idle_confirmed: int = 0  # cancelled ones whose slot was seen idle afterwards
     saved_ms: list[float] = field(default_factory=list)  # work done before the endpoint
     wasted_tokens: int = 0  # generated for speculations that were dropped
+    early_asr_started: int = 0  # transcriptions started at a gap (pipeline/early_asr.py)
+    early_asr_used: int = 0  # ...that a speculative turn took instead of running Whisper
 
     def to_dict(self) -> dict[str, object]:
         saved = sorted(self.saved_ms)
@@ -72,7 +87,9 @@ class SpeculationStats:
                 "cancelled": self.cancelled,
                 "cancelled_idle_confirmed": self.cancelled_idle_confirmed,
                 "saved_ms_p50": round(saved[len(saved) // 2]) if saved else None,
-                "wasted_tokens": self.wasted_tokens}
+                "wasted_tokens": self.wasted_tokens,
+                "early_asr_started": self.early_asr_started,
+                "early_asr_used": self.early_asr_used}
 
 
 @dataclass(frozen=True)
@@ -113,6 +130,10 @@ class _Speculation:
     cancelled: bool = False
     endpoint_ms: float | None = None
     cue: asyncio.Future[ProsodyCue] | None = None  # the pitch at the pause, in a thread
+    early: EarlyTranscript | None = None  # Whisper on these words, started at a gap
+    turn: int | None = None  # its turn number, once it runs
+    wait_ms: int | None = None  # the endpoint policy's silence for it, once judged
+    ready: bool = False  # its first audio is synthesized: it could be heard now
 
 
 class LiveTurnTaker:
@@ -126,6 +147,9 @@ class LiveTurnTaker:
         self.tasks = TaskSet("live")
         self._spec: _Speculation | None = None
         self._previous: asyncio.Task[None] | None = None  # the last turn, finishing
+        # Whisper and the pitch on the words before the last gap (pipeline/early_asr.py).
+        self._early: EarlyTranscript | None = None
+        self._early_cue: asyncio.Future[ProsodyCue] | None = None
         self._count = 0
         runner.listeners.append(self._on_event)
         # Whisper and Piper, kept warm while the user speaks (pipeline/warm.py).
@@ -139,7 +163,9 @@ class LiveTurnTaker:
                 self.warmer.speaking()
             elif isinstance(ev, SpeechPause):
                 self.warmer.silent()
-        if isinstance(ev, SpeechPause) and self.speculate and not self._turn_running():
+        if isinstance(ev, SpeechGap) and self.speculate and not self._turn_running():
+            self._start_early(ev)
+        elif isinstance(ev, SpeechPause) and self.speculate and not self._turn_running():
             self._start_speculation(ev)
         elif isinstance(ev, SpeechResumed) and self._spec is not None:
             self._cancel_speculation(f"speech resumed after {ev.pause_ms:.0f} ms")
@@ -156,16 +182,19 @@ class LiveTurnTaker:
         endpoint_ms = _silence_ms(utterance.detected_sample, utterance.end_sample)
         spec = self._spec
         if spec is not None and not spec.cancelled:
-            self._spec = None
-            spec.endpoint_ms = endpoint_ms
-            spec.confirmed.set()
-            self.stats.confirmed += 1
-            ahead = (time.monotonic() - spec.t0) * 1000
-            self.stats.saved_ms.append(ahead)
-            self.runner.note(EventName.SPECULATION_CONFIRMED, endpoint_ms=round(endpoint_ms),
-                             ahead_ms=round(ahead))
+            self._confirm(spec, endpoint_ms)
             return
         self._chain(self._turn(utterance, time.monotonic(), endpoint_ms), "turn")
+
+    def _confirm(self, spec: _Speculation, endpoint_ms: float) -> None:
+        self._spec = None
+        spec.endpoint_ms = endpoint_ms
+        spec.confirmed.set()
+        self.stats.confirmed += 1
+        ahead = (time.monotonic() - spec.t0) * 1000
+        self.stats.saved_ms.append(ahead)
+        self.runner.note(EventName.SPECULATION_CONFIRMED, endpoint_ms=round(endpoint_ms),
+                         ahead_ms=round(ahead))
 
     async def close(self, grace_s: float = 3.0) -> None:
         """End the conversation: a running turn is closed the way barge-in closes it
@@ -185,8 +214,29 @@ class LiveTurnTaker:
         busy = self.runner.busy and not self.runner.abandoning
         return busy or self._spec is not None
 
+    def _start_early(self, gap: SpeechGap) -> None:
+        # One at a time: CTranslate2 runs one transcription at a time anyway, and a second
+        # would queue in front of the pause's turn.
+        if self._early is not None and self._early.running:
+            return
+        self._early = EarlyTranscript.start(self.runner.recognize, gap.audio,
+                                            gap.end_sample, self.tasks.spawn)
+        self._early_cue = self._pitch(gap)
+        self.stats.early_asr_started += 1
+
+    def _pitch(self, at: SpeechGap | SpeechPause) -> asyncio.Future[ProsodyCue]:
+        """The pitch of the voice up to ``at``, in a thread (the endpoint's second cue)."""
+        return self.tasks.spawn(f"pitch{at.end_sample}", asyncio.to_thread(
+            final_cue, at.audio[:at.end_sample - at.start_sample]))
+
     def _start_speculation(self, pause: SpeechPause) -> None:
         spec = _Speculation(pause, time.monotonic())
+        early = self._early
+        if early is not None and early.matches(pause.end_sample):
+            # Nothing voiced since the gap: the same words, already being transcribed.
+            spec.early, spec.cue = early, self._early_cue
+            self.stats.early_asr_used += 1
+        self._early = self._early_cue = None
         self._spec = spec
         self.stats.started += 1
         spec.task = self._chain(self._speculative_turn(spec), "speculation")
@@ -213,12 +263,15 @@ class LiveTurnTaker:
             return
         pause = spec.pause
         speech_end = _silence_ms(pause.detected_sample, pause.end_sample)
-        # The voice up to the pause: did its pitch fall? Worked out while Whisper runs, so
-        # the endpoint decision at the transcript does not hold up the LLM request.
-        spec.cue = asyncio.ensure_future(asyncio.to_thread(
-            final_cue, pause.audio[:pause.end_sample - pause.start_sample]))
+        # The voice up to the pause: did its pitch fall? Worked out while Whisper runs
+        # (since the gap, if there was one), so the endpoint decision at the transcript
+        # does not hold up the LLM request.
+        if spec.cue is None:
+            spec.cue = self._pitch(pause)
         result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed,
-                                       speech_end_ms=round(speech_end, 1))
+                                       speech_end_ms=round(speech_end, 1), early=spec.early)
+        if self._spec is spec and not spec.ready:
+            self.segmenter.release_end()  # it ended with nothing to play: hold nothing
         if result.error is not None and not spec.confirmed.is_set():
             # e.g. "heard no speech" in the words so far: not a turn yet. Let the end of
             # the utterance start an ordinary one.
@@ -233,19 +286,43 @@ class LiveTurnTaker:
         self.on_turn(LiveTurn(result, speech_end, endpoint, speculative=True))
 
     def _on_event(self, ev: Event) -> None:
-        # The speculative transcript decides how long to wait for more speech: decided in
-        # a task, after the turn has sent its LLM request.
         spec = self._spec
-        if spec is None or ev.name != EventName.ASR_END or spec.confirmed.is_set():
+        if spec is None or spec.confirmed.is_set():
             return
-        self.tasks.spawn(f"endpoint{ev.turn}", self._decide(spec, ev))
+        if ev.name == EventName.SPECULATION_START and spec.turn is None:
+            spec.turn = ev.turn
+        elif ev.turn != spec.turn:
+            return  # the previous turn, still finishing
+        elif ev.name == EventName.ASR_END:
+            # The speculative transcript decides how long to wait for more speech: decided
+            # in a task, after the turn has sent its LLM request.
+            self.tasks.spawn(f"endpoint{ev.turn}", self._decide(spec, ev))
+        elif ev.name == EventName.TTS_END and not spec.ready:
+            spec.ready = True
+            self._reply_ready(spec)
 
     async def _decide(self, spec: _Speculation, ev: Event) -> None:
         assert spec.cue is not None
         cue = await spec.cue
         if self._spec is not spec or spec.cancelled or spec.confirmed.is_set():
             return  # the user went on, or the utterance already ended
-        self.segmenter.end_after(judge_endpoint(self.policy, self.runner, ev, cue).wait_ms)
+        spec.wait_ms = judge_endpoint(self.policy, self.runner, ev, cue).wait_ms
+        # Until the first sentence is synthesized nothing could be heard anyway, so the end
+        # is not taken before then: a pause longer than the policy's wait but shorter than
+        # the pipeline's time to first audio is still a pause, not a false endpoint.
+        self.segmenter.end_after(spec.wait_ms, held=not spec.ready)
+
+    def _reply_ready(self, spec: _Speculation) -> None:
+        """The speculative reply's first audio is ready: release the held end, and if its
+        silence has already passed, confirm now rather than at the next window."""
+        if spec.wait_ms is None:
+            return  # not judged yet: the default end, never held
+        self.segmenter.release_end()
+        silence = self.segmenter.silence_ms
+        if silence >= spec.wait_ms:
+            ended = self.segmenter.end_now()
+            self._confirm(spec, silence if ended is None
+                          else _silence_ms(ended.detected_sample, ended.end_sample))
 
     # -- ordinary turns ---------------------------------------------------------------------
     async def _turn(self, utterance: UtteranceEnd, t0: float, endpoint_ms: float) -> None:

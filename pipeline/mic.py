@@ -115,6 +115,19 @@ class SpeechPause:
 
 
 @dataclass(frozen=True)
+class SpeechGap:
+    """``gap_ms`` of silence inside an utterance, shorter than the pause: Whisper may start
+    on the words so far (``pipeline.early_asr``). The same fields as ``SpeechPause``; a
+    pause that follows in the same silence has the same ``end_sample``."""
+
+    audio: np.ndarray = field(repr=False)
+    start_sample: int
+    end_sample: int  # the last voiced sample so far
+    speech_ms: float
+    detected_sample: int  # where the gap was noticed (end_sample + gap_ms)
+
+
+@dataclass(frozen=True)
 class SpeechResumed:
     """Voice again after a ``SpeechPause``: the user was not done; drop the speculation."""
 
@@ -122,7 +135,8 @@ class SpeechResumed:
     pause_ms: float  # how long the pause was
 
 
-SegmentEvent = SpeechStart | SpeechSustained | SpeechPause | SpeechResumed | UtteranceEnd
+SegmentEvent = (SpeechStart | SpeechSustained | SpeechGap | SpeechPause | SpeechResumed
+                | UtteranceEnd)
 
 # A gate decides, per window, whether (probability, rms) counts as the user speaking.
 # The echo guard installs one while the assistant's own voice may reach the microphone.
@@ -140,6 +154,10 @@ class SegmenterConfig:
     max_utterance_s: float = 30.0  # Whisper's window; longer speech is cut here
     # Silence that makes a SpeechPause (speculative start); None: no pause events.
     pause_ms: int | None = None
+    # Shorter silence that makes a SpeechGap (Whisper starts early); None: no gap events.
+    gap_ms: int | None = None
+    # A held end (``end_after(held=True)``) is taken after this much silence regardless.
+    held_end_max_ms: int = 3000
 
 
 class UtteranceSegmenter:
@@ -166,7 +184,9 @@ class UtteranceSegmenter:
         self._start = 0
         self._pre = 0
         self._paused = False  # a SpeechPause was sent for the current silence
+        self._gapped = False  # a SpeechGap was sent for the current silence
         self._end_silence_ms: float | None = None  # this utterance's override
+        self._end_held = False  # the override's end waits for release_end()
 
     @property
     def in_speech(self) -> bool:
@@ -178,19 +198,38 @@ class UtteranceSegmenter:
         self._pending = np.zeros(0, dtype=np.float32)
         self._history, self._speech = [], []
         self._in_speech, self._voiced, self._silent, self._sustained = False, 0, 0, False
-        self._paused, self._end_silence_ms = False, None
+        self._paused, self._gapped = False, False
+        self._end_silence_ms, self._end_held = None, False
 
     @property
     def silence_ms(self) -> float:
         """Silence since the last voiced window of the current utterance (0 outside one)."""
         return self._silent * WINDOW_MS if self._in_speech else 0.0
 
-    def end_after(self, silence_ms: float | None) -> None:
+    def end_after(self, silence_ms: float | None, *, held: bool = False) -> None:
         """Set how much silence ends the *current* utterance (the endpoint policy's answer;
         None: back to ``end_silence_ms``). If that much has already passed, the next window
-        ends it: the end comes out of ``feed`` like any other, one block later at most."""
+        ends it: the end comes out of ``feed`` like any other, one block later at most.
+
+        ``held``: the end is not taken before ``release_end()`` either (the speculative
+        reply is not ready to be heard yet, so there is no hurry to decide; voice coming
+        back meanwhile is a resumption, not a new utterance)."""
         if self._in_speech:
             self._end_silence_ms = silence_ms
+            self._end_held = held and silence_ms is not None
+
+    def release_end(self) -> None:
+        """Let a held end be taken: at the next window if its silence has already passed."""
+        self._end_held = False
+
+    def end_now(self) -> UtteranceEnd | None:
+        """End the current utterance at this window, for a caller that decided the end
+        itself (the live turn-taker, when a held end's reply became ready after its
+        silence had passed). None outside an utterance or for one too short to keep."""
+        if not self._in_speech:
+            return None
+        ended = self._end()
+        return ended[0] if ended and isinstance(ended[0], UtteranceEnd) else None
 
     def feed(self, block: np.ndarray, gate: Gate | None = None) -> list[SegmentEvent]:
         data = np.concatenate([self._pending, np.asarray(block, dtype=np.float32).ravel()])
@@ -238,21 +277,26 @@ class UtteranceSegmenter:
             if self._paused:
                 events.append(SpeechResumed(start_of_window, self._silent * WINDOW_MS))
                 # The policy judged the words before the pause; they were not the end.
-                self._paused, self._end_silence_ms = False, None
+                self._paused, self._end_silence_ms, self._end_held = False, None, False
             self._voiced += 1
             self._silent = 0
+            self._gapped = False
         else:
             self._silent += 1
         events.extend(self._check_sustained())
         end_silence = (cfg.end_silence_ms if self._end_silence_ms is None
                        else self._end_silence_ms)
         silence_ms = self._silent * WINDOW_MS
-        if (silence_ms >= end_silence
+        held = self._end_held and silence_ms < cfg.held_end_max_ms
+        if ((silence_ms >= end_silence and not held)
                 or len(self._speech) * WINDOW >= cfg.max_utterance_s * SAMPLE_RATE):
             return events + self._end()
+        if not self._gapped and cfg.gap_ms is not None and silence_ms >= cfg.gap_ms:
+            self._gapped = True
+            events.extend(self._so_far_event(SpeechGap))
         if not self._paused and cfg.pause_ms is not None and silence_ms >= cfg.pause_ms:
             self._paused = True
-            events.extend(self._pause())
+            events.extend(self._so_far_event(SpeechPause))
         return events
 
     def _check_sustained(self) -> list[SegmentEvent]:
@@ -269,13 +313,12 @@ class UtteranceSegmenter:
         windows = self._speech[:keep + tail]  # ...but keep a little, like the pre-roll
         return windows, self._start - self._pre * WINDOW, keep * WINDOW
 
-    def _pause(self) -> list[SegmentEvent]:
+    def _so_far_event(self, kind: type[SpeechGap] | type[SpeechPause]) -> list[SegmentEvent]:
         speech_ms = self._voiced * WINDOW_MS
         windows, first, kept = self._so_far()
         if speech_ms < self.config.min_utterance_ms or not windows:
             return []  # a click so far: nothing worth speculating on
-        return [SpeechPause(np.concatenate(windows), first, first + kept, speech_ms,
-                            self.position)]
+        return [kind(np.concatenate(windows), first, first + kept, speech_ms, self.position)]
 
     def _end(self) -> list[SegmentEvent]:
         speech_ms = self._voiced * WINDOW_MS
@@ -283,7 +326,8 @@ class UtteranceSegmenter:
         keep = kept // WINDOW
         self._in_speech, self._speech, self._history = False, [], []
         self._voiced, self._silent, self._sustained = 0, 0, False
-        self._paused, self._end_silence_ms = False, None
+        self._paused, self._gapped = False, False
+        self._end_silence_ms, self._end_held = None, False
         if speech_ms < self.config.min_utterance_ms or not windows:
             log.debug("dropped %.0f ms of speech (under min_utterance_ms)", speech_ms)
             return []

@@ -29,6 +29,7 @@ import numpy as np
 from pipeline.audio_in import SAMPLE_RATE
 from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation, Message
+from pipeline.early_asr import AsrResult, EarlyTranscript
 from pipeline.events import Event, EventName, EventRecorder, Listener
 from pipeline.heard import HeardText, worth_keeping
 from pipeline.llm_caps import NOT_VERIFIABLE
@@ -197,26 +198,39 @@ class TurnRunner:
     async def run(self, audio: np.ndarray | None = None, *, text: str | None = None,
                   t0: float | None = None, mode: str | None = None,
                   confirmed: asyncio.Event | None = None,
-                  speech_end_ms: float | None = None) -> TurnResult:
+                  speech_end_ms: float | None = None,
+                  early: EarlyTranscript | None = None) -> TurnResult:
         """One turn from the user's audio (or text, skipping ASR). ``t0`` is the monotonic
         time the turn starts (default: now).
 
         ``confirmed``: a speculative turn. Everything runs, but nothing is played until the
         event is set (the endpoint is confirmed); ``abandon()`` drops it unheard.
         ``speech_end_ms``: how long before t0 the user's last voiced sample was (live
-        turns), recorded in turn.start so the endpoint wait shows before t = 0."""
+        turns), recorded in turn.start so the endpoint wait shows before t = 0.
+        ``early``: a transcription of this utterance already running (started at a gap,
+        ``pipeline.early_asr``); the turn waits for it instead of running ASR on ``audio``."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.turns += 1
         rec = EventRecorder(self.turns, t0, self.listeners)
-        turn = _Turn(self, rec, mode, confirmed, speech_end_ms)
+        turn = _Turn(self, rec, mode, confirmed, speech_end_ms, early)
         self._current = turn
         try:
             return await turn.run(audio, text)
         finally:
             self._current = None
             self.sink.resume()
+
+    def recognize(self, audio: np.ndarray) -> AsrResult:
+        """The ASR engine on one utterance, blocking (run it in a thread)."""
+        asr = self.asr
+        if asr is None:
+            raise TurnError("no speech recognizer for this audio")
+        if isinstance(asr, ConfidentTranscriber):
+            heard = asr.recognize(audio)
+            return AsrResult(heard.text, heard.avg_logprob)
+        return AsrResult(asr.transcribe(audio))
 
     async def prime(self) -> bool:
         """Prefill what the next prompt starts with (the system prompt and any loaded
@@ -273,7 +287,8 @@ class TurnRunner:
 class _Turn:
     def __init__(self, runner: TurnRunner, rec: EventRecorder, mode: str,
                  confirmed: asyncio.Event | None = None,
-                 speech_end_ms: float | None = None) -> None:
+                 speech_end_ms: float | None = None,
+                 early: EarlyTranscript | None = None) -> None:
         self.runner, self.rec, self.mode = runner, rec, mode
         self.cfg = runner.config
         self.tasks = TaskSet(f"turn{rec.turn}")
@@ -292,6 +307,7 @@ class _Turn:
         self.interrupted: asyncio.Event = asyncio.Event()
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
+        self.early = early  # a transcription started before t = 0 (pipeline/early_asr.py)
 
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
@@ -414,21 +430,26 @@ class _Turn:
         if text is not None:
             return text
         asr = self.runner.asr
+        early = self.early
+        if early is not None:
+            audio = early.audio
         if audio is None or asr is None:
             raise TurnError("no audio and no text for this turn")
+        # An early transcription (started at a gap before t = 0) is waited for, not redone:
+        # asr.start is when the turn begins waiting, so asr_ms is what it cost this turn.
+        started = {} if early is None else {
+            "early_ms": round((self.rec.t0 - early.started) * 1000, 1)}
         self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / SAMPLE_RATE, 3),
-                      engine=engine_of(asr))
-        confidence: dict[str, float] = {}
+                      engine=engine_of(asr), **started)
         try:
-            if isinstance(asr, ConfidentTranscriber):
-                heard = await asyncio.to_thread(asr.recognize, audio)
-                transcript = heard.text.strip()
-                confidence["avg_logprob"] = round(heard.avg_logprob, 3)
-            else:
-                transcript = (await asyncio.to_thread(asr.transcribe, audio)).strip()
+            heard = await (early.result() if early is not None
+                           else asyncio.to_thread(self.runner.recognize, audio))
         except Exception as e:  # a model failure ends this turn, not the conversation
             log.exception("ASR failed")
             raise TurnError(f"speech recognition failed: {e}") from e
+        transcript = heard.text.strip()
+        confidence = ({} if heard.avg_logprob is None
+                      else {"avg_logprob": round(heard.avg_logprob, 3)})
         self.rec.emit(EventName.ASR_END, text=transcript, **confidence)
         if not transcript:
             raise TurnError("heard no speech in this turn (silence or noise only)")

@@ -261,7 +261,7 @@ def turns_of(condition: str, round_: int, questions: list[Path], events: list[di
 
 def speculation_counts(events: list[dict[str, object]]) -> dict[str, int]:
     counts = {"started": 0, "confirmed": 0, "cancelled": 0, "cancelled_idle": 0,
-              "wasted_tokens": 0}
+              "wasted_tokens": 0, "early_asr": 0}
     by_turn: dict[object, list[dict[str, object]]] = {}
     for e in events:
         by_turn.setdefault(e["turn"], []).append(e)
@@ -269,6 +269,9 @@ def speculation_counts(events: list[dict[str, object]]) -> dict[str, int]:
         names = {f"{e['stage']}.{e['event']}" for e in evs}
         counts["started"] += "speculation.start" in names
         counts["confirmed"] += "speculation.confirmed" in names
+        # Whisper started at a gap before the pause (pipeline/early_asr.py) and was taken.
+        counts["early_asr"] += any(e["stage"] == "asr" and e["event"] == "start"
+                                   and "early_ms" in e for e in evs)
         if "speculation.cancelled" in names:
             counts["cancelled"] += 1
             idle = [e for e in evs if e["stage"] == "server" and e.get("confirmed")]
@@ -326,7 +329,8 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]]) -> str:
             lines.append(f"speculation ({cond}): started {c['started']}, confirmed "
                          f"{c['confirmed']}, cancelled {c['cancelled']} (slot confirmed "
                          f"idle: {c['cancelled_idle']}/{c['cancelled']}), wasted tokens "
-                         f"{c['wasted_tokens']}")
+                         f"{c['wasted_tokens']}, Whisper started at a gap "
+                         f"{c.get('early_asr', 0)}")
     return "\n".join(lines)
 
 

@@ -35,12 +35,13 @@ FROM_SPEECH_END = "first_audio_from_speech_end_ms"
 LIVE_SHOWN = (FROM_SPEECH_END, "endpoint_ms", "speech_end_ms", "speculation_confirmed_ms",
               "asr_ms", "first_sentence_ms", "tts_first_ms", "first_audio_ms", "turn_ms")
 SPECULATION_SHOWN = ("started", "confirmed", "cancelled", "cancelled_idle_confirmed",
-                     "saved_ms_p50", "wasted_tokens")
+                     "saved_ms_p50", "wasted_tokens", "early_asr_started", "early_asr_used")
 
 
 def live_settings(args: argparse.Namespace) -> dict[str, Any]:
     """compare.json's ``live``: how the turns were taken."""
-    return {"pause_ms": args.pause_ms, "end_silence_ms": args.end_silence_ms}
+    return {"pause_ms": args.pause_ms, "gap_ms": args.gap_ms,
+            "end_silence_ms": args.end_silence_ms}
 
 
 async def _measure_live(args: argparse.Namespace, assistant: Assistant, sink: AudioSink,
@@ -119,7 +120,9 @@ def build_live_report(turns: list[dict[str, Any]],
             cancelled=sum(s.cancelled for s in runs),
             cancelled_idle_confirmed=sum(s.cancelled_idle_confirmed for s in runs),
             saved_ms=[ms for s in runs for ms in s.saved_ms],
-            wasted_tokens=sum(s.wasted_tokens for s in runs)).to_dict()
+            wasted_tokens=sum(s.wasted_tokens for s in runs),
+            early_asr_started=sum(s.early_asr_started for s in runs),
+            early_asr_used=sum(s.early_asr_used for s in runs)).to_dict()
     summary["speculation"] = counts
     return {"live": live, "turns": turns, "summary": summary}
 
@@ -136,7 +139,8 @@ def live_markdown(report: dict[str, Any]) -> str:
     s, live = report["summary"], report["live"]
     lines = ["# Live turn-taking: speculation on vs off", "",
              f"{len(report['turns'])} turns spoken in real time through the live path "
-             f"(pause {live['pause_ms']} ms, end silence {live['end_silence_ms']} ms; "
+             f"(pause {live['pause_ms']} ms, Whisper from a {live.get('gap_ms') or 'no'} ms "
+             f"gap, end silence {live['end_silence_ms']} ms; "
              "docs/live.md). on/off first_audio_from_speech_end_ms p50 = "
              f"**{s['first_audio_from_speech_end_ratio']}**.", "",
              "| metric | on p50 | on p95 | off p50 | off p95 |", "|---|---:|---:|---:|---:|"]

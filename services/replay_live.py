@@ -44,12 +44,13 @@ class LiveOptions:
     pause_ms: int = 200
     end_silence_ms: int = 600
     keep_warm: bool = True  # tiny engine passes while the user speaks (pipeline/warm.py)
+    gap_ms: int | None = 96  # Whisper starts at this gap, before the pause (early_asr.py)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, speculate: bool | None = None) -> LiveOptions:
         return cls(speculate=args.speculate if speculate is None else speculate,
                    pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms,
-                   keep_warm=args.keep_warm)
+                   keep_warm=args.keep_warm, gap_ms=args.gap_ms or None)
 
 
 class LiveConversation:
@@ -75,7 +76,8 @@ class LiveConversation:
         runner.listeners.append(self._bargein.on_event)
         self._segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
             end_silence_ms=options.end_silence_ms,
-            pause_ms=options.pause_ms if options.speculate else None))
+            pause_ms=options.pause_ms if options.speculate else None,
+            gap_ms=options.gap_ms if options.speculate else None))
         self._finished: asyncio.Queue[LiveTurn] = asyncio.Queue()
         self.taker = LiveTurnTaker(runner, self._segmenter, on_turn=self._finished.put_nowait,
                                    speculate=options.speculate, keep_warm=options.keep_warm)

@@ -167,7 +167,8 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     runner.listeners.append(bargein.on_event)
     segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
         end_silence_ms=args.end_silence_ms, bargein_min_ms=args.bargein_min_ms,
-        pause_ms=args.pause_ms if args.speculate else None))
+        pause_ms=args.pause_ms if args.speculate else None,
+        gap_ms=turn_options.gap_ms(args)))
     supervisor = Supervisor(args.llm_url)
     tasks = TaskSet("talk")
 
@@ -238,5 +239,9 @@ def _report(turn: LiveTurn, status: Status) -> None:
                     + ("  [interrupted]" if result.interrupted else ""))
     live = (f"speculative, endpoint {turn.endpoint_ms:.0f} ms" if turn.speculative
             else f"end-of-speech wait {turn.endpoint_ms:.0f} ms")
+    early = next((e.data["early_ms"] for e in result.events
+                  if e.name == EventName.ASR_START and "early_ms" in e.data), None)
+    if early is not None:  # Whisper started at a gap before the pause (early_asr.py)
+        live += f", Whisper {early:.0f} ms early"
     status.line(f"  {summary_line(result.metrics)} · {live}")
     status.set("listening")

@@ -220,6 +220,10 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
                    "start at the first pause, a fixed --end-silence-ms)")
     p.add_argument("--pause-ms", type=int, default=200, metavar="MS",
                    help="pause that starts a speculative turn (default %(default)s)")
+    p.add_argument("--gap-ms", type=int, default=96, metavar="MS",
+                   help="shorter silence at which Whisper starts on your words so far, so "
+                   "the turn at the pause finds the transcript (nearly) done (default "
+                   "%(default)s, 0 = off; docs/live.md)")
     p.add_argument("--no-keep-warm", dest="keep_warm", action="store_false",
                    help="do not run tiny Whisper and Piper passes while you speak (they keep "
                    "the engines warm for the turn at your pause: ~10%% of the CPU while you "
@@ -229,3 +233,11 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
 def check_live_options(args: argparse.Namespace) -> None:
     if args.end_silence_ms < 100 or args.pause_ms < 64:
         raise UserError("--end-silence-ms must be >= 100 and --pause-ms >= 64")
+    if args.gap_ms and not 32 <= args.gap_ms < args.pause_ms:
+        raise UserError(f"--gap-ms must be 0 (off) or from 32 to under --pause-ms "
+                        f"({args.pause_ms}), not {args.gap_ms}")
+
+
+def gap_ms(args: argparse.Namespace) -> int | None:
+    """The segmenter's gap (early Whisper) for these options: None without speculation."""
+    return (args.gap_ms or None) if args.speculate else None

@@ -7,15 +7,16 @@ test_mic.py), so each path - confirmed, cancelled, not speculating - is driven e
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
 from fake_llm import FakeLlm, Reply
-from test_turn import SENTENCES, FakeAsr, make_runner, tokens
+from test_turn import SENTENCES, FakeAsr, FakeTts, make_runner, tokens
 
 from pipeline.live import LiveTurn, LiveTurnTaker
 from pipeline.llm_client import LlmClient
-from pipeline.mic import SpeechPause, SpeechResumed, UtteranceEnd
+from pipeline.mic import SpeechGap, SpeechPause, SpeechResumed, UtteranceEnd
 
 RATE = 16000
 
@@ -25,14 +26,55 @@ class RecordingSegmenter:
 
     def __init__(self) -> None:
         self.ends: list[float | None] = []
+        self.held: list[bool] = []
+        self.released = 0
+        self.ended_now = 0
 
-    def end_after(self, silence_ms: float | None) -> None:
+    def end_after(self, silence_ms: float | None, *, held: bool = False) -> None:
         self.ends.append(silence_ms)
+        self.held.append(held)
+
+    def release_end(self) -> None:
+        self.released += 1
+
+    def end_now(self) -> UtteranceEnd | None:
+        self.ended_now += 1
+        return None
 
 
 def pause(seconds: float) -> SpeechPause:
     n = int(seconds * RATE)
     return SpeechPause(np.zeros(n, dtype=np.float32), 0, n, seconds * 1000, n + RATE // 5)
+
+
+def gap(seconds: float) -> SpeechGap:
+    n = int(seconds * RATE)
+    return SpeechGap(np.zeros(n, dtype=np.float32), 0, n, seconds * 1000, n + RATE // 10)
+
+
+class CountingAsr(FakeAsr):
+    """Counts its calls; each takes ``delay_s`` in its worker thread, like Whisper."""
+
+    def __init__(self, text: str, delay_s: float = 0.15) -> None:
+        super().__init__(text)
+        self.delay_s, self.calls = delay_s, 0
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        self.calls += 1
+        time.sleep(self.delay_s)
+        return self.text
+
+
+class DelayedTts(FakeTts):
+    """FakeTts that takes ``delay_s`` per sentence in its worker thread, like Piper."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def synthesize(self, text: str) -> np.ndarray:
+        time.sleep(self.delay_s)
+        return super().synthesize(text)
 
 
 def end(seconds: float, silence_ms: int = 250) -> UtteranceEnd:
@@ -160,3 +202,96 @@ async def test_an_unsure_speculative_transcript_waits_the_default(llm) -> None:
     assert seg.ends == [live.policy.default_ms]
     live.on_segment(SpeechResumed(RATE, 500.0))
     await live.close()
+
+
+async def test_whisper_started_at_the_gap_is_taken_by_the_pause_turn(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = asr = CountingAsr("Why is the sky blue?")
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    live.on_segment(gap(1.0))
+    await asyncio.sleep(0.1)  # the pause comes ~100 ms after the gap
+    live.on_segment(pause(1.0))
+    live.on_utterance(end(1.0))
+    await until(lambda: turns)
+    await live.close()
+    result = turns[0].result
+    assert asr.calls == 1  # Whisper ran once, from the gap, not again at the pause
+    assert result.transcript == "Why is the sky blue?" and result.error is None
+    start = next(e for e in result.events if e.name == "asr.start")
+    assert start.data["early_ms"] >= 90  # it had been running since before t = 0
+    stats = live.stats.to_dict()
+    assert (stats["early_asr_started"], stats["early_asr_used"]) == (1, 1)
+
+
+async def test_voice_after_the_gap_makes_the_pause_transcribe_anew(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = asr = CountingAsr("Why is the sky", delay_s=0.05)
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    live.on_segment(gap(1.0))
+    await until(lambda: asr.calls == 1)
+    await asyncio.sleep(0.1)
+    asr.text = "Why is the sky blue?"
+    live.on_segment(pause(1.5))  # more words came between: a later last voiced sample
+    live.on_utterance(end(1.5))
+    await until(lambda: turns)
+    await live.close()
+    result = turns[0].result
+    assert asr.calls == 2 and result.transcript == "Why is the sky blue?"
+    assert not any("early_ms" in e.data for e in result.events if e.name == "asr.start")
+    stats = live.stats.to_dict()
+    assert (stats["early_asr_started"], stats["early_asr_used"]) == (1, 0)
+
+
+async def test_no_early_whisper_while_a_turn_runs(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = asr = CountingAsr("Why is the sky blue?", delay_s=0.01)
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append, speculate=True)
+    live.on_utterance(end(1.0, silence_ms=600))  # an ordinary turn, running
+    await until(lambda: runner.busy)
+    live.on_segment(gap(0.5))  # the user talks over it: not a moment to transcribe
+    await until(lambda: turns)
+    await live.close()
+    assert live.stats.early_asr_started == 0 and asr.calls == 1
+
+
+async def test_the_end_is_held_until_the_reply_is_ready_then_confirmed_at_once(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Why is the sky blue?")
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    runner.tts = DelayedTts(0.3)  # the first sentence takes a while to synthesize
+    live.on_segment(pause(1.0))
+    await until(lambda: seg.ends)
+    assert seg.ends == [live.policy.complete_ms] and seg.held == [True]
+    seg.silence_ms = 900.0  # by the time the audio is ready, the user has been quiet long
+    await until(lambda: turns)
+    await live.close()
+    assert seg.released == 1 and seg.ended_now == 1
+    turn = turns[0]
+    names = [e.name for e in turn.result.events]
+    assert turn.speculative and turn.endpoint_ms == 900
+    assert names.index("tts.end") < names.index("speculation.confirmed") \
+        < names.index("playback.start")
+
+
+async def test_a_reply_ready_before_the_wait_leaves_the_end_to_the_segmenter(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Why is the sky blue?")
+    seg, turns = RecordingSegmenter(), []
+    runner.tts = DelayedTts(0.1)
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    live.on_segment(pause(1.0))
+    await until(lambda: seg.released)  # the first sentence is ready
+    assert seg.ended_now == 0  # 0 ms of silence so far: not the end yet
+    live.on_utterance(end(1.0))  # the segmenter ends it after the judged wait
+    await until(lambda: turns)
+    await live.close()
+    assert turns[0].speculative and live.stats.confirmed == 1

@@ -22,6 +22,7 @@ from pipeline.mic import (
     MicBlock,
     SegmenterConfig,
     SileroStream,
+    SpeechGap,
     SpeechPause,
     SpeechResumed,
     SpeechStart,
@@ -221,9 +222,29 @@ def test_pause_then_resume_then_one_utterance(vad: SileroStream) -> None:
     assert pause.audio.size < end.audio.size
 
 
+def test_a_gap_comes_before_each_pause_with_the_same_last_voiced_sample(
+        vad: SileroStream) -> None:
+    cfg = SegmenterConfig(pause_ms=200, gap_ms=96, end_silence_ms=1200)
+    events = run(UtteranceSegmenter(vad, cfg), paused_utterance(0.7))
+    pauses = [e for e in events if isinstance(e, SpeechPause)]
+    gaps = [e for e in events if isinstance(e, SpeechGap)]
+    assert pauses and len(gaps) >= len(pauses)
+    for pause in pauses:
+        # The gap of the same silence: before it in the stream, the same words so far.
+        gap = next(g for g in gaps if g.end_sample == pause.end_sample)
+        position = {id(e): i for i, e in enumerate(events)}
+        assert position[id(gap)] < position[id(pause)]
+        assert gap.start_sample == pause.start_sample
+        assert 96 <= (gap.detected_sample - gap.end_sample) * 1000 / SAMPLE_RATE < 200
+        voiced = gap.end_sample - gap.start_sample
+        assert np.array_equal(gap.audio[:voiced], pause.audio[:voiced])
+    # One gap per silence: none repeats the last voiced sample of another.
+    assert len({g.end_sample for g in gaps}) == len(gaps)
+
+
 def test_no_pause_events_unless_asked(vad: SileroStream) -> None:
     events = run(UtteranceSegmenter(vad, SegmenterConfig()), paused_utterance(0.7))
-    assert not any(isinstance(e, SpeechPause | SpeechResumed) for e in events)
+    assert not any(isinstance(e, SpeechGap | SpeechPause | SpeechResumed) for e in events)
 
 
 def test_end_after_ends_the_utterance_early(vad: SileroStream) -> None:
@@ -254,3 +275,69 @@ def test_end_after_is_forgotten_when_speech_resumes(vad: SileroStream) -> None:
                 seg.end_after(600)  # "incomplete": longer than the 500 ms pause
     ends = [e for e in events if isinstance(e, UtteranceEnd)]
     assert len(ends) == 1  # the 500 ms pause did not end it; the question did
+
+
+def test_a_held_end_waits_for_its_release(vad: SileroStream) -> None:
+    seg = UtteranceSegmenter(vad, SegmenterConfig(pause_ms=200, end_silence_ms=2000))
+    signal = np.concatenate([silence(0.3), voiced("03_sky_blue.wav"), silence(2.0)])
+    ended: list[UtteranceEnd] = []
+    paused_at = released_at = None
+    for i in range(0, signal.size, BLOCK):
+        if paused_at is not None and released_at is None and seg.silence_ms >= 700:
+            released_at = seg.position
+            seg.release_end()  # the reply is ready 700 ms into the silence
+        for ev in seg.feed(signal[i:i + BLOCK]):
+            if isinstance(ev, SpeechPause) and paused_at is None:
+                paused_at = ev.detected_sample
+                seg.end_after(250, held=True)  # "complete", but nothing to play yet
+            elif isinstance(ev, UtteranceEnd):
+                ended.append(ev)
+    assert released_at is not None and len(ended) == 1
+    # Not at 250 ms: the end came with the release, one window later at most.
+    assert released_at <= ended[0].detected_sample <= released_at + 2 * WINDOW
+
+
+def test_a_held_end_is_taken_after_the_cap(vad: SileroStream) -> None:
+    cfg = SegmenterConfig(pause_ms=200, end_silence_ms=2000, held_end_max_ms=900)
+    seg = UtteranceSegmenter(vad, cfg)
+    signal = np.concatenate([silence(0.3), voiced("03_sky_blue.wav"), silence(2.0)])
+    ended: list[UtteranceEnd] = []
+    for i in range(0, signal.size, BLOCK):
+        for ev in seg.feed(signal[i:i + BLOCK]):
+            if isinstance(ev, SpeechPause):
+                seg.end_after(250, held=True)  # and never released
+            elif isinstance(ev, UtteranceEnd):
+                ended.append(ev)
+    assert len(ended) == 1
+    waited = (ended[0].detected_sample - ended[0].end_sample) * 1000 / SAMPLE_RATE
+    assert 900 <= waited < 1000
+
+
+def test_voice_during_a_held_end_continues_the_utterance(vad: SileroStream) -> None:
+    seg = UtteranceSegmenter(vad, SegmenterConfig(pause_ms=200, end_silence_ms=1500))
+    events: list[object] = []
+    signal = paused_utterance(0.7)  # a 700 ms pause, longer than the 250 ms judged
+    for i in range(0, signal.size, BLOCK):
+        for ev in seg.feed(signal[i:i + BLOCK]):
+            events.append(ev)
+            if isinstance(ev, SpeechPause):
+                # Held at the first pause (the reply not ready in its 700 ms); the second
+                # pause is the real end, judged "complete" and with its reply ready.
+                first = sum(isinstance(e, SpeechPause) for e in events) == 1
+                seg.end_after(250, held=first)
+    ends = [e for e in events if isinstance(e, UtteranceEnd)]
+    assert len(ends) == 1 and any(isinstance(e, SpeechResumed) for e in events)
+    assert ends[0].speech_ms > 2000  # both questions: one utterance
+
+
+def test_end_now_closes_the_utterance_at_once(vad: SileroStream) -> None:
+    seg = UtteranceSegmenter(vad, SegmenterConfig(pause_ms=200, end_silence_ms=2000))
+    signal = np.concatenate([silence(0.3), voiced("03_sky_blue.wav"), silence(0.4)])
+    events: list[object] = []
+    for i in range(0, signal.size, BLOCK):
+        events.extend(seg.feed(signal[i:i + BLOCK]))
+    assert any(isinstance(e, SpeechPause) for e in events)
+    ended = seg.end_now()
+    assert isinstance(ended, UtteranceEnd) and not seg.in_speech
+    assert ended.detected_sample == seg.position
+    assert seg.end_now() is None  # nothing left to end
