@@ -49,7 +49,7 @@ from pipeline.metrics import TurnMetrics, turn_metrics
 from pipeline.outlet import Outlet
 from pipeline.splitter import PHRASE_STARTS, SentenceSplitter, SpeechChunker
 from pipeline.tasks import TaskSet
-from pipeline.tts import speakable
+from pipeline.tts import speakable, trim_leading_silence
 
 log = logging.getLogger(__name__)
 
@@ -584,6 +584,8 @@ class _Turn:
                     self.rec.emit(EventName.TTS_ERROR, index=index,
                                   message=f"{type(e).__name__}: {e}")
                     audio = np.zeros(0, dtype=np.int16)
+                if index == 0:  # the reply's first sound: not a moment of silence before it
+                    audio = trim_leading_silence(audio, self.runner.tts.sample_rate)
                 self.heard.set_audio(index, len(audio))
                 self.rec.emit(EventName.TTS_END, index=index,
                               audio_s=round(len(audio) / self.runner.tts.sample_rate, 3))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from models_fixture import piper_voice
 
-from pipeline.tts import PiperTts, speakable
+from pipeline.tts import ONSET_FLOOR, PiperTts, speakable, trim_leading_silence
 
 
 @pytest.mark.parametrize(("raw", "spoken"), [
@@ -81,6 +81,30 @@ def test_synthesize_plausible_speech(tts: PiperTts, text: str) -> None:
     # ~12-20 characters per second of speech; generous bounds.
     assert len(text) / 30 < seconds < len(text) / 6
     assert int(np.abs(audio).max()) > 3000  # actually audible, not silence
+
+
+def test_trim_leading_silence_keeps_a_margin_before_the_first_sound() -> None:
+    rate = 22050
+    sound = np.concatenate([np.zeros(1000, np.int16), np.array([0, 40, -2000, 900], np.int16),
+                            np.zeros(50, np.int16)])
+    trimmed = trim_leading_silence(sound, rate, margin_ms=2.0)
+    margin = int(0.002 * rate)  # 44 samples
+    assert trimmed.size == sound.size - (1001 - margin)
+    assert np.array_equal(trimmed[margin:], sound[1001:])  # from the first sound on: as is
+    assert np.array_equal(trim_leading_silence(sound[:1000], rate), sound[:1000])  # no sound
+    quiet = np.full(500, ONSET_FLOOR, np.int16)  # at the floor: not a sound
+    assert trim_leading_silence(quiet, rate).size == 500
+
+
+@pytest.mark.integration
+def test_the_voice_starts_with_silence_the_trim_removes(tts: PiperTts) -> None:
+    audio = tts.synthesize("One effective way")
+    trimmed = trim_leading_silence(audio, tts.sample_rate)
+    removed_ms = (audio.size - trimmed.size) * 1000 / tts.sample_rate
+    assert removed_ms >= 10  # Piper's leading digital silence (20-60 ms measured)
+    first = int(np.flatnonzero(np.abs(trimmed.astype(np.int32)) > ONSET_FLOOR)[0])
+    assert first * 1000 / tts.sample_rate <= 5.5  # the margin, not more
+    assert np.array_equal(trimmed, audio[audio.size - trimmed.size:])
 
 
 @pytest.mark.integration

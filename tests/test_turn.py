@@ -15,6 +15,7 @@ from pipeline.audio_out import RealtimeNullSink
 from pipeline.conversation import Conversation
 from pipeline.heard import INTERRUPTED_MARK
 from pipeline.llm_client import LlmClient
+from pipeline.tts import ONSET_MARGIN_MS
 from pipeline.turn import TurnConfig, TurnRunner
 
 RATE = 16000
@@ -98,6 +99,26 @@ async def test_streamed_speaks_before_the_llm_finishes(slow_fake) -> None:
     assert t_of(result, "playback.start") < t_of(result, "llm.end")
     assert result.metrics.reply_sentences == 4
     assert result.metrics.first_audio_ms < result.metrics.turn_ms
+
+
+class LeadingSilenceTts(FakeTts):
+    """Each sentence as Piper makes it: 40 ms of digital silence, then 100 ms of sound."""
+
+    def synthesize(self, text: str) -> np.ndarray:
+        self.spoken.append(text)
+        return np.concatenate([np.zeros(RATE // 25, np.int16), np.full(RATE // 10, 3000,
+                                                                         np.int16)])
+
+
+async def test_only_the_first_sentence_loses_its_leading_silence(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, tts=LeadingSilenceTts(), max_sentences=2)
+    result = await runner.run(AUDIO)
+    assert result.error is None
+    audio_s = [e.data["audio_s"] for e in result.events if e.name == "tts.end"]
+    margin_s = int(ONSET_MARGIN_MS * RATE / 1000) / RATE
+    # The first: sound after the margin only; the second keeps its pause before it.
+    assert audio_s == [round(0.1 + margin_s, 3), 0.14]
 
 
 async def test_serial_plays_only_after_the_whole_reply_and_all_tts(slow_fake) -> None:
