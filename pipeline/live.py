@@ -150,6 +150,8 @@ class LiveTurnTaker:
         # Whisper and the pitch on the words before the last gap (pipeline/early_asr.py).
         self._early: EarlyTranscript | None = None
         self._early_cue: asyncio.Future[ProsodyCue] | None = None
+        # speculation.confirmed of a speculation confirmed before its turn started.
+        self._confirmed_unstarted: dict[str, int] | None = None
         self._count = 0
         runner.listeners.append(self._on_event)
         # Whisper and Piper, kept warm while the user speaks (pipeline/warm.py).
@@ -193,8 +195,12 @@ class LiveTurnTaker:
         self.stats.confirmed += 1
         ahead = (time.monotonic() - spec.t0) * 1000
         self.stats.saved_ms.append(ahead)
-        self.runner.note(EventName.SPECULATION_CONFIRMED, endpoint_ms=round(endpoint_ms),
-                         ahead_ms=round(ahead))
+        note = {"endpoint_ms": round(endpoint_ms), "ahead_ms": round(ahead)}
+        if spec.turn is None:
+            # Still queued behind the last turn: recorded in its own turn once it starts.
+            self._confirmed_unstarted = note
+        else:
+            self.runner.note(EventName.SPECULATION_CONFIRMED, **note)
 
     async def close(self, grace_s: float = 3.0) -> None:
         """End the conversation: a running turn is closed the way barge-in closes it
@@ -238,6 +244,9 @@ class LiveTurnTaker:
             self.stats.early_asr_used += 1
         self._early = self._early_cue = None
         self._spec = spec
+        # Nothing can be heard before its first sentence is synthesized: until then the end
+        # (the default, or the policy's once judged) is held, and voice is a resumption.
+        self.segmenter.end_after(None, held=True)
         self.stats.started += 1
         spec.task = self._chain(self._speculative_turn(spec), "speculation")
 
@@ -286,6 +295,10 @@ class LiveTurnTaker:
         self.on_turn(LiveTurn(result, speech_end, endpoint, speculative=True))
 
     def _on_event(self, ev: Event) -> None:
+        if ev.name == EventName.SPECULATION_START and self._confirmed_unstarted is not None:
+            note, self._confirmed_unstarted = self._confirmed_unstarted, None
+            self.runner.note(EventName.SPECULATION_CONFIRMED, **note)
+            return
         spec = self._spec
         if spec is None or spec.confirmed.is_set():
             return

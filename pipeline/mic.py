@@ -216,7 +216,7 @@ class UtteranceSegmenter:
         back meanwhile is a resumption, not a new utterance)."""
         if self._in_speech:
             self._end_silence_ms = silence_ms
-            self._end_held = held and silence_ms is not None
+            self._end_held = held
 
     def release_end(self) -> None:
         """Let a held end be taken: at the next window if its silence has already passed."""

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -442,8 +442,11 @@ class _Turn:
         self.rec.emit(EventName.ASR_START, audio_s=round(len(audio) / SAMPLE_RATE, 3),
                       engine=engine_of(asr), **started)
         try:
-            heard = await (early.result() if early is not None
-                           else asyncio.to_thread(self.runner.recognize, audio))
+            heard = await self.unless_stopped(
+                early.result() if early is not None
+                else asyncio.to_thread(self.runner.recognize, audio))
+        except _Abandoned:
+            raise
         except Exception as e:  # a model failure ends this turn, not the conversation
             log.exception("ASR failed")
             raise TurnError(f"speech recognition failed: {e}") from e
@@ -454,6 +457,21 @@ class _Turn:
         if not transcript:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         return transcript
+
+    async def unless_stopped(self, work: Coroutine[Any, Any, AsrResult]) -> AsrResult:
+        """``work``, unless the turn is abandoned or interrupted first: then _Abandoned at
+        once. Whisper's thread cannot be stopped; its result is dropped, and the next turn
+        (queued behind this one) does not wait for it."""
+        asr = self.tasks.spawn("asr", work)
+        stopped = self.tasks.spawn("asr-stopped", self.interrupted.wait())
+        try:
+            await asyncio.wait({asr, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not asr.done():
+            asr.cancel()
+            raise _Abandoned
+        return asr.result()
 
     def nothing_aloud(self) -> bool:
         """The reply has text but not a sample of audio ("...")."""

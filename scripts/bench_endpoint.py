@@ -26,6 +26,13 @@ from a reset, so they are the same figures; only the decision differs).
 - endpoint wait: silence after the real last word until the end was decided (what every
   turn pays before it can be heard). Wait columns leave out false endpoints.
 
+The "held until the reply is ready" conditions model what ``LiveTurnTaker`` does: the
+speculative turn's first audio is ready ``ready_ms`` after its pause, and the end is not
+taken before that (``end_after(held=True)``, ``release_end()``), so voice that comes back
+meanwhile continues the utterance. ``ready_ms`` is the pipeline's time from the pause to
+the first audio (measured with ``scripts/bench_live.py``; it depends on the machine), so
+the figures are given for a few of them.
+
 Usage: scripts/bench_endpoint.py [--out out/endpoint]   (a few minutes; real Whisper)
 """
 
@@ -164,6 +171,9 @@ PAUSES_MS = [300, 400, 500, 600, 700, 800, 900]
 RATES = [150, 165, 180]
 LEAD_S, TAIL_S = 0.4, 2.0
 VARIANTS = ("separate", "ssml")
+# The speculative reply's first audio, this long after the pause (held-end conditions):
+# bench_live measured ~430 ms p50 on a fast host and ~600-750 ms on slower ones.
+READY_MS = (300, 450, 600, 750)
 
 
 def speak(text: str, voice: str, rate: int, workdir: Path, ssml: bool = False) -> np.ndarray:
@@ -278,6 +288,7 @@ class Condition:
     end_ms: int = 600
     confidence: bool = True
     prosody: bool = True
+    ready_ms: int | None = None  # the end is held until the reply is ready (None: not held)
 
 
 def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
@@ -288,7 +299,15 @@ def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
     block = SAMPLE_RATE // 50
     ends: list[UtteranceEnd] = []
     judged: list[str] = []
+    release_at: int | None = None  # where the held end's reply is ready (a stream sample)
+    wait_ms = 0
     for i in range(0, u.audio.size, block):
+        if release_at is not None and seg.position >= release_at:
+            # As LiveTurnTaker: release, and end at once if the wait has already passed.
+            seg.release_end()
+            release_at = None
+            if seg.silence_ms >= wait_ms and (now := seg.end_now()) is not None:
+                ends.append(now)
         for ev in seg.feed(u.audio[i:i + block]):
             if isinstance(ev, SpeechPause) and c.policy is not None:
                 h = listener.at(u.name, ev)
@@ -296,7 +315,10 @@ def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
                                     h.cue if c.prosody else None)
                 judged.append(f"{h.text!r} lp {h.avg_logprob:.2f} fall {h.cue.fall_st:+.1f}"
                               f" slope {h.cue.slope_st_s:+.1f} -> {d.reason} {d.wait_ms}")
-                seg.end_after(d.wait_ms)
+                held, wait_ms = c.ready_ms is not None, d.wait_ms
+                seg.end_after(d.wait_ms, held=held)
+                if held:
+                    release_at = ev.detected_sample + c.ready_ms * SAMPLE_RATE // 1000  # type: ignore[operator]
             elif isinstance(ev, UtteranceEnd):
                 ends.append(ev)
     ends += [e for e in seg.flush() if isinstance(e, UtteranceEnd)]
@@ -327,8 +349,12 @@ def conditions() -> list[Condition]:
             out.append(Condition(f"policy {complete}/{default}/1100, text + confidence + "
                                  f"pitch ({fall:g} st)", p))
     shipped = EndpointPolicy()
-    return [replace(c, label=c.label + " (the default)")
-            if c.policy == shipped and c.confidence and c.prosody else c for c in out]
+    out = [replace(c, label=c.label + " (the default)")
+           if c.policy == shipped and c.confidence and c.prosody else c for c in out]
+    for ready in READY_MS:
+        out.append(Condition(f"the default, held until the reply is ready {ready} ms after "
+                             "the pause", shipped, ready_ms=ready))
+    return out
 
 
 def quantile(values: list[float], q: float) -> str:

@@ -86,12 +86,16 @@ def test_the_live_waterfall_counts_from_the_end_of_speech() -> None:
     (("--no-speculate",), "runs speculation on and off"),
     (("--pause-ms", "300"), "--pause-ms only with --live"),
     (("--live", "--pause-ms", "10"), "--pause-ms >= 64"),
+    (("--live", "--gap-ms", "200"), "--gap-ms must be 0 .off. or from 32 to under --pause-ms"),
+    (("--live", "--gap-ms", "10"), "--gap-ms must be 0"),
+    (("--gap-ms", "64"), "--gap-ms only with --live"),
 ])
 def test_options_that_make_no_sense_are_one_clear_error(argv: tuple[str, ...],
                                                          message: str) -> None:
     with pytest.raises(UserError, match=message):
         compare.check_options(parse(str(SKY), *argv))
     compare.check_options(parse(str(SKY), "--live", "--pause-ms", "300"))  # fine
+    compare.check_options(parse(str(SKY), "--live", "--gap-ms", "0"))  # off: fine
     compare.check_options(parse(str(SKY)))
 
 
@@ -114,7 +118,7 @@ async def test_compare_live_runs_both_conditions_through_the_live_path(
     args = parse(str(SKY), "--live", "--runs", "1", "--max-sentences", "1", "--out", str(out))
     assert await compare._compare(args, [SKY]) == 0
     report = json.loads((out / "compare.json").read_text())
-    assert report["live"] == {"pause_ms": 200, "end_silence_ms": 600}
+    assert report["live"] == {"pause_ms": 200, "gap_ms": 96, "end_silence_ms": 600}
     on, off = report["turns"]  # run 1: speculation on first
     assert (on["speculation"], off["speculation"]) == ("on", "off")
     assert on["speculative"] is True and on["speculation_confirmed_ms"] is not None

@@ -27,10 +27,14 @@ class RecordingSegmenter:
     def __init__(self) -> None:
         self.ends: list[float | None] = []
         self.held: list[bool] = []
+        self.holds = 0
         self.released = 0
         self.ended_now = 0
 
     def end_after(self, silence_ms: float | None, *, held: bool = False) -> None:
+        if silence_ms is None and held:  # the hold at the pause, before any judgement
+            self.holds += 1
+            return
         self.ends.append(silence_ms)
         self.held.append(held)
 
@@ -57,11 +61,12 @@ class CountingAsr(FakeAsr):
 
     def __init__(self, text: str, delay_s: float = 0.15) -> None:
         super().__init__(text)
-        self.delay_s, self.calls = delay_s, 0
+        self.delay_s, self.calls, self.finished = delay_s, 0, 0
 
     def transcribe(self, audio: np.ndarray) -> str:
         self.calls += 1
         time.sleep(self.delay_s)
+        self.finished += 1
         return self.text
 
 
@@ -269,7 +274,8 @@ async def test_the_end_is_held_until_the_reply_is_ready_then_confirmed_at_once(l
     runner.tts = DelayedTts(0.3)  # the first sentence takes a while to synthesize
     live.on_segment(pause(1.0))
     await until(lambda: seg.ends)
-    assert seg.ends == [live.policy.complete_ms] and seg.held == [True]
+    assert seg.holds == 1  # from the pause on...
+    assert seg.ends == [live.policy.complete_ms] and seg.held == [True]  # ...and once judged
     seg.silence_ms = 900.0  # by the time the audio is ready, the user has been quiet long
     await until(lambda: turns)
     await live.close()
@@ -295,3 +301,42 @@ async def test_a_reply_ready_before_the_wait_leaves_the_end_to_the_segmenter(llm
     await until(lambda: turns)
     await live.close()
     assert turns[0].speculative and live.stats.confirmed == 1
+
+
+async def test_an_abandoned_speculation_does_not_wait_for_its_whisper(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = asr = CountingAsr("Tell me about the", delay_s=1.0)
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    live.on_segment(pause(1.0))
+    await until(lambda: asr.calls == 1)
+    live.on_segment(SpeechResumed(RATE, 300.0))
+    await until(lambda: not runner.busy)
+    assert asr.finished == 0  # the turn is over while Whisper's thread still runs
+    assert fake.requests == [] and live.stats.cancelled == 1
+    await live.close()
+
+
+async def test_a_speculation_confirmed_while_queued_records_it_in_its_own_turn(llm) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Tell me about the")
+    seg, turns = RecordingSegmenter(), []
+    events: list[object] = []
+    runner.listeners.append(events.append)
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    requested = asyncio.Event()
+    runner.listeners.append(lambda e: requested.set() if e.name == "llm.first_token" else None)
+    live.on_segment(pause(1.0))
+    await asyncio.wait_for(requested.wait(), 5)
+    live.on_segment(SpeechResumed(RATE, 300.0))  # hung up; its slot is checked next
+    runner.asr = FakeAsr("Tell me about the history of bicycles.")
+    live.on_segment(pause(2.5))  # queued behind the hang-up...
+    live.on_utterance(end(2.5))  # ...and confirmed, perhaps before it started
+    await until(lambda: turns)
+    await live.close()
+    confirmed = [e.turn for e in events if e.name == "speculation.confirmed"]
+    cancelled = [e.turn for e in events if e.name == "speculation.cancelled"]
+    assert confirmed == [turns[0].result.events[0].turn] and cancelled != confirmed
+    assert any(e.name == "speculation.confirmed" for e in turns[0].result.events)
