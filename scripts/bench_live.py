@@ -55,6 +55,7 @@ PAUSED = [("Can you tell me about the", "history of bicycles?"),
           ("What should I do if my", "plants turn yellow?")]
 PAUSE_MS = 600
 PAUSED_PREFIX = "paused_"
+PIECE_S = 2.2  # a turn on less audio than this answered part of a paused question
 QUIET_S = 1.2  # no turn running for this long after an answer: the question is done
 
 
@@ -203,6 +204,24 @@ def false_endpoints(events: list[dict[str, object]]) -> int:
     return count
 
 
+def answered_in_pieces(events: list[dict[str, object]], samples: int) -> int:
+    """Paused questions answered on part of their audio, whatever Whisper made of the words
+    (``false_endpoints`` reads the transcripts, and a misheard whole question can look like
+    a first part). The paused questions come after the ``samples`` sample questions; each
+    is 2.7 s or more of voice, its first part under 1.5 s, so an answered turn on less than
+    ``PIECE_S`` of audio answered a piece. A piece answered before the question's rest and
+    the rest answered after it count once."""
+    pieces, previous_short = 0, False
+    for t in answered(events)[samples:]:
+        audio_s = next((float(e["audio_s"]) for e in events  # type: ignore[arg-type]
+                        if e["turn"] == t and e["stage"] == "asr" and e["event"] == "start"),
+                       None)
+        short = audio_s is not None and audio_s < PIECE_S
+        pieces += short and not previous_short
+        previous_short = short
+    return pieces
+
+
 def _words(text: str) -> list[str]:
     return "".join(c.lower() if c.isalnum() or c == " " else " " for c in text).split()
 
@@ -323,6 +342,9 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]]) -> str:
         lines.append(f"\npaused questions ({paused} per condition, {PAUSE_MS} ms mid-sentence "
                      "pause; not in the table): answered at the pause (false endpoint): "
                      + ", ".join(f"{cond} {c.get('false_endpoints', 0)}"
+                                 for cond, c in counts.items())
+                     + "; answered on part of the audio (Whisper's words aside): "
+                     + ", ".join(f"{cond} {c.get('answered_in_pieces', 0)}"
                                  for cond, c in counts.items()))
     for cond, c in counts.items():
         if c.get("started"):
@@ -372,7 +394,9 @@ def main() -> int:
     def add(cond: str, round_: int, recording: Path, events: list[dict[str, object]]) -> None:
         turns.extend(turns_of(cond, round_, questions, events,
                               measure_gaps(recording, questions, events)))
-        got = speculation_counts(events) | {"false_endpoints": false_endpoints(events)}
+        got = speculation_counts(events) | {
+            "false_endpoints": false_endpoints(events),
+            "answered_in_pieces": answered_in_pieces(events, len(questions) - args.paused)}
         prev = counts.setdefault(cond, dict.fromkeys(got, 0))
         for k, v in got.items():
             prev[k] += v
