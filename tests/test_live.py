@@ -46,6 +46,14 @@ class RecordingSegmenter:
         return None
 
 
+def taker(runner: object, **kw: object) -> tuple[RecordingSegmenter, list[LiveTurn],
+                                                  LiveTurnTaker]:
+    """A LiveTurnTaker on ``runner`` with a recording segmenter and a list of its turns."""
+    seg, turns = RecordingSegmenter(), []
+    live = LiveTurnTaker(runner, seg, on_turn=turns.append, **kw)  # type: ignore[arg-type]
+    return seg, turns, live
+
+
 def pause(seconds: float) -> SpeechPause:
     n = int(seconds * RATE)
     return SpeechPause(np.zeros(n, dtype=np.float32), 0, n, seconds * 1000, n + RATE // 5)
@@ -213,8 +221,7 @@ async def test_whisper_started_at_the_gap_is_taken_by_the_pause_turn(llm) -> Non
     fake, client = llm
     runner = await make_runner(fake, client, max_sentences=1)
     runner.asr = asr = CountingAsr("Why is the sky blue?")
-    seg, turns = RecordingSegmenter(), []
-    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    seg, turns, live = taker(runner)
     live.on_segment(gap(1.0))
     await asyncio.sleep(0.1)  # the pause comes ~100 ms after the gap
     live.on_segment(pause(1.0))
@@ -234,8 +241,7 @@ async def test_voice_after_the_gap_makes_the_pause_transcribe_anew(llm) -> None:
     fake, client = llm
     runner = await make_runner(fake, client, max_sentences=1)
     runner.asr = asr = CountingAsr("Why is the sky", delay_s=0.05)
-    seg, turns = RecordingSegmenter(), []
-    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    seg, turns, live = taker(runner)
     live.on_segment(gap(1.0))
     await until(lambda: asr.calls == 1)
     await asyncio.sleep(0.1)
@@ -255,8 +261,7 @@ async def test_no_early_whisper_while_a_turn_runs(llm) -> None:
     fake, client = llm
     runner = await make_runner(fake, client, max_sentences=1)
     runner.asr = asr = CountingAsr("Why is the sky blue?", delay_s=0.01)
-    seg, turns = RecordingSegmenter(), []
-    live = LiveTurnTaker(runner, seg, on_turn=turns.append, speculate=True)
+    seg, turns, live = taker(runner)
     live.on_utterance(end(1.0, silence_ms=600))  # an ordinary turn, running
     await until(lambda: runner.busy)
     live.on_segment(gap(0.5))  # the user talks over it: not a moment to transcribe
@@ -269,8 +274,7 @@ async def test_the_end_is_held_until_the_reply_is_ready_then_confirmed_at_once(l
     fake, client = llm
     runner = await make_runner(fake, client, max_sentences=1)
     runner.asr = FakeAsr("Why is the sky blue?")
-    seg, turns = RecordingSegmenter(), []
-    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    seg, turns, live = taker(runner)
     runner.tts = DelayedTts(0.3)  # the first sentence takes a while to synthesize
     live.on_segment(pause(1.0))
     await until(lambda: seg.ends)
@@ -307,8 +311,7 @@ async def test_an_abandoned_speculation_does_not_wait_for_its_whisper(llm) -> No
     fake, client = llm
     runner = await make_runner(fake, client, max_sentences=1)
     runner.asr = asr = CountingAsr("Tell me about the", delay_s=1.0)
-    seg, turns = RecordingSegmenter(), []
-    live = LiveTurnTaker(runner, seg, on_turn=turns.append)
+    seg, turns, live = taker(runner)
     live.on_segment(pause(1.0))
     await until(lambda: asr.calls == 1)
     live.on_segment(SpeechResumed(RATE, 300.0))
