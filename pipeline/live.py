@@ -65,6 +65,8 @@ class EndSetter(Protocol):
     def silence_ms(self) -> float: ...
 
 
+# How long the endpoint decision waits for the turn's LLM request before deciding anyway.
+_REQUEST_WAIT_S = 0.5
 # A warm pass starts only this soon after a voiced window, so it ends (~60-100 ms) before
 # the 200 ms pause that starts the speculative turn.
 _WARM_WHILE_SILENT_MS = 64
@@ -134,6 +136,7 @@ class _Speculation:
     turn: int | None = None  # its turn number, once it runs
     wait_ms: int | None = None  # the endpoint policy's silence for it, once judged
     ready: bool = False  # its first audio is synthesized: it could be heard now
+    requested: asyncio.Event = field(default_factory=asyncio.Event)  # its LLM request went
 
 
 class LiveTurnTaker:
@@ -310,6 +313,8 @@ class LiveTurnTaker:
             # The speculative transcript decides how long to wait for more speech: decided
             # in a task, after the turn has sent its LLM request.
             self.tasks.spawn(f"endpoint{ev.turn}", self._decide(spec, ev))
+        elif ev.name == EventName.LLM_REQUEST:
+            spec.requested.set()
         elif ev.name == EventName.TTS_END and not spec.ready:
             spec.ready = True
             self._reply_ready(spec)
@@ -317,6 +322,11 @@ class LiveTurnTaker:
     async def _decide(self, spec: _Speculation, ev: Event) -> None:
         assert spec.cue is not None
         cue = await spec.cue
+        # The request goes out right after the transcript; the decision never delays it.
+        # (Bounded: a turn that fails before its request has its speculation dropped.)
+        requested = self.tasks.spawn(f"requested{ev.turn}", spec.requested.wait())
+        await asyncio.wait({requested}, timeout=_REQUEST_WAIT_S)
+        requested.cancel()
         if self._spec is not spec or spec.cancelled or spec.confirmed.is_set():
             return  # the user went on, or the utterance already ended
         spec.wait_ms = judge_endpoint(self.policy, self.runner, ev, cue).wait_ms
