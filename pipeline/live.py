@@ -338,9 +338,9 @@ class LiveTurnTaker:
     def _reply_ready(self, spec: _Speculation) -> None:
         """The speculative reply's first audio is ready: release the held end, and if its
         silence has already passed, confirm now rather than at the next window."""
-        if spec.wait_ms is None:
-            return  # not judged yet: the default end, never held
         self.segmenter.release_end()
+        if spec.wait_ms is None:
+            return  # not judged yet: the default end, taken by the segmenter when due
         silence = self.segmenter.silence_ms
         if silence >= spec.wait_ms:
             ended = self.segmenter.end_now()
