@@ -51,7 +51,7 @@ class EarlyTranscript:
               ) -> EarlyTranscript:
         """Start ``recognize(audio)`` in a worker thread through the caller's task set."""
         started = time.monotonic()
-        task = spawn(f"early-asr{end_sample}", _in_thread(recognize, audio))
+        task = spawn(f"early-asr{end_sample}", asyncio.to_thread(recognize, audio))
         # Nobody may await a discarded one: read its exception so asyncio does not log it.
         task.add_done_callback(_retrieve)
         return cls(end_sample, audio, started, task)
@@ -67,11 +67,6 @@ class EarlyTranscript:
     async def result(self) -> AsrResult:
         # Shielded: a turn cancelled while it waits must not cancel the shared thread task.
         return await asyncio.shield(self.task)
-
-
-async def _in_thread(recognize: Callable[[np.ndarray], AsrResult],
-                     audio: np.ndarray) -> AsrResult:
-    return await asyncio.to_thread(recognize, audio)
 
 
 def _retrieve(task: asyncio.Task[AsrResult]) -> None:

@@ -24,10 +24,11 @@ a turn per finished utterance, a fixed end silence.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from pipeline.audio_in import SAMPLE_RATE
@@ -39,6 +40,7 @@ from pipeline.mic import (
     SpeechGap,
     SpeechPause,
     SpeechResumed,
+    SpeechSoFar,
     SpeechStart,
     UtteranceEnd,
 )
@@ -82,6 +84,15 @@ class SpeculationStats:
     wasted_tokens: int = 0  # generated for speculations that were dropped
     early_asr_started: int = 0  # transcriptions started at a gap (pipeline/early_asr.py)
     early_asr_used: int = 0  # ...that a speculative turn took instead of running Whisper
+
+    @classmethod
+    def total(cls, runs: Iterable[SpeculationStats]) -> SpeculationStats:
+        """The counts of several conversations summed (their saved times pooled)."""
+        out = cls()
+        for run in runs:
+            for f in fields(cls):
+                setattr(out, f.name, getattr(out, f.name) + getattr(run, f.name))
+        return out
 
     def to_dict(self) -> dict[str, object]:
         saved = sorted(self.saved_ms)
@@ -233,7 +244,7 @@ class LiveTurnTaker:
         self._early_cue = self._pitch(gap)
         self.stats.early_asr_started += 1
 
-    def _pitch(self, at: SpeechGap | SpeechPause) -> asyncio.Future[ProsodyCue]:
+    def _pitch(self, at: SpeechSoFar) -> asyncio.Future[ProsodyCue]:
         """The pitch of the voice up to ``at``, in a thread (the endpoint's second cue)."""
         return self.tasks.spawn(f"pitch{at.end_sample}", asyncio.to_thread(
             final_cue, at.audio[:at.end_sample - at.start_sample]))
@@ -324,9 +335,8 @@ class LiveTurnTaker:
         cue = await spec.cue
         # The request goes out right after the transcript; the decision never delays it.
         # (Bounded: a turn that fails before its request has its speculation dropped.)
-        requested = self.tasks.spawn(f"requested{ev.turn}", spec.requested.wait())
-        await asyncio.wait({requested}, timeout=_REQUEST_WAIT_S)
-        requested.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(spec.requested.wait(), _REQUEST_WAIT_S)
         if self._spec is not spec or spec.cancelled or spec.confirmed.is_set():
             return  # the user went on, or the utterance already ended
         spec.wait_ms = judge_endpoint(self.policy, self.runner, ev, cue).wait_ms

@@ -101,30 +101,28 @@ class UtteranceEnd:
 
 
 @dataclass(frozen=True)
-class SpeechPause:
-    """``pause_ms`` of silence inside an utterance: the moment to start a speculative turn.
-
-    ``audio`` is the utterance so far (pre-roll included, the silence after ``end_sample``
-    kept up to the pre-roll length, as ``UtteranceEnd`` keeps it)."""
+class SpeechSoFar:
+    """Silence inside an utterance, reported with the utterance so far: ``audio`` holds the
+    pre-roll and the words, and the silence after ``end_sample`` up to the pre-roll length,
+    as ``UtteranceEnd`` keeps it. A gap and the pause after it in the same silence have the
+    same ``end_sample``."""
 
     audio: np.ndarray = field(repr=False)
     start_sample: int
     end_sample: int  # the last voiced sample so far
     speech_ms: float
-    detected_sample: int  # where the pause was noticed (end_sample + pause_ms)
+    detected_sample: int  # where the silence was noticed (end_sample + gap_ms / pause_ms)
 
 
 @dataclass(frozen=True)
-class SpeechGap:
-    """``gap_ms`` of silence inside an utterance, shorter than the pause: Whisper may start
-    on the words so far (``pipeline.early_asr``). The same fields as ``SpeechPause``; a
-    pause that follows in the same silence has the same ``end_sample``."""
+class SpeechPause(SpeechSoFar):
+    """``pause_ms`` of silence inside an utterance: the moment to start a speculative turn."""
 
-    audio: np.ndarray = field(repr=False)
-    start_sample: int
-    end_sample: int  # the last voiced sample so far
-    speech_ms: float
-    detected_sample: int  # where the gap was noticed (end_sample + gap_ms)
+
+@dataclass(frozen=True)
+class SpeechGap(SpeechSoFar):
+    """``gap_ms`` of silence inside an utterance, shorter than the pause: Whisper may start
+    on the words so far (``pipeline.early_asr``)."""
 
 
 @dataclass(frozen=True)
@@ -313,7 +311,7 @@ class UtteranceSegmenter:
         windows = self._speech[:keep + tail]  # ...but keep a little, like the pre-roll
         return windows, self._start - self._pre * WINDOW, keep * WINDOW
 
-    def _so_far_event(self, kind: type[SpeechGap] | type[SpeechPause]) -> list[SegmentEvent]:
+    def _so_far_event(self, kind: type[SpeechGap | SpeechPause]) -> list[SegmentEvent]:
         speech_ms = self._voiced * WINDOW_MS
         windows, first, kept = self._so_far()
         if speech_ms < self.config.min_utterance_ms or not windows:
