@@ -115,14 +115,7 @@ def build_live_report(turns: list[dict[str, Any]],
     counts: dict[str, Any] = {}
     for c in CONDITIONS[1]:
         runs = [s for (cond, _), s in sorted(speculation.items()) if cond == c]
-        counts[c] = SpeculationStats(
-            started=sum(s.started for s in runs), confirmed=sum(s.confirmed for s in runs),
-            cancelled=sum(s.cancelled for s in runs),
-            cancelled_idle_confirmed=sum(s.cancelled_idle_confirmed for s in runs),
-            saved_ms=[ms for s in runs for ms in s.saved_ms],
-            wasted_tokens=sum(s.wasted_tokens for s in runs),
-            early_asr_started=sum(s.early_asr_started for s in runs),
-            early_asr_used=sum(s.early_asr_used for s in runs)).to_dict()
+        counts[c] = SpeculationStats.total(runs).to_dict()
     summary["speculation"] = counts
     return {"live": live, "turns": turns, "summary": summary}
 

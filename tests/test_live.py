@@ -343,3 +343,15 @@ async def test_a_speculation_confirmed_while_queued_records_it_in_its_own_turn(l
     cancelled = [e.turn for e in events if e.name == "speculation.cancelled"]
     assert confirmed == [turns[0].result.events[0].turn] and cancelled != confirmed
     assert any(e.name == "speculation.confirmed" for e in turns[0].result.events)
+
+
+def test_speculation_stats_of_several_conversations_add_up() -> None:
+    from pipeline.live import SpeculationStats
+
+    a = SpeculationStats(started=2, confirmed=1, cancelled=1, saved_ms=[300.0],
+                         early_asr_started=3, early_asr_used=1)
+    b = SpeculationStats(started=1, confirmed=1, saved_ms=[500.0, 100.0], wasted_tokens=4)
+    total = SpeculationStats.total([a, b])
+    assert (total.started, total.confirmed, total.cancelled, total.wasted_tokens) == (3, 2, 1, 4)
+    assert (total.early_asr_started, total.early_asr_used) == (3, 1)
+    assert total.saved_ms == [300.0, 500.0, 100.0] and a.saved_ms == [300.0]
