@@ -7,7 +7,11 @@ for a page that sends those cuts instead of a live frame stream:
 
 1. At a pause a turn starts on the audio so far with playback gated
    (``TurnRunner.run(confirmed=...)``): Whisper, the LLM request and the first sentence's
-   TTS run, no audio reaches the page.
+   TTS run, no audio reaches the page. The page is told to ``hold`` its end: nothing could
+   be heard before that first sentence is synthesized, so a pause longer than the wait
+   but shorter than the pipeline's time to first audio need not be taken for the end.
+   ``ready`` releases it at the turn's first ``tts.end`` (or when the turn ends without
+   audio), as ``LiveTurnTaker`` releases the segmenter's held end.
 2. When its transcript arrives (``asr.end``) the same ``EndpointPolicy`` as ``talk`` judges
    it (text, Whisper's confidence, the pitch before the pause: ``pipeline/prosody.py``),
    records ``speculation.endpoint`` and tells the page how much silence ends this
@@ -78,6 +82,8 @@ class Speculation:
     cancelled: bool = False
     running: bool = False  # between TurnRunner.run's start and return
     finished: bool = False  # its turn ended (whatever way)
+    held: bool = False  # the page was told to hold its end and not yet that it is ready
+    turn: int | None = None  # its turn number, from speculation.start
     cue: asyncio.Future[ProsodyCue] | None = None  # the pitch at the pause, in a thread
 
     @property
@@ -146,28 +152,50 @@ class PageSpeculator:
         spec.running = True
         self.running = spec
         spec.cue = asyncio.ensure_future(asyncio.to_thread(final_cue, audio))
+        if not spec.confirmed.is_set():  # the page has not ended the utterance yet
+            spec.held = True
+            self.outbox.json({"type": "hold", "input_id": spec.input_id, "pause": spec.pause})
         return True
 
     def finished(self, spec: Speculation, result: TurnResult | None) -> str | None:
         """Its turn ended (``result`` None: it never ran): None if it is the answer, else
         why not (``cancelled``: speech resumed; ``dropped``: it failed, was interrupted or
-        could not run before the endpoint). The end of the utterance then starts a turn."""
+        could not run before the endpoint). The end of the utterance then starts a turn.
+        A page still holding its end for it is released."""
         spec.running, spec.finished = False, True
         if self.running is spec:
             self.running = None
         if spec.confirmed.is_set() and result is not None:
-            return None
-        return "cancelled" if spec.cancelled or (result and result.abandoned) else "dropped"
+            outcome = None
+        elif spec.cancelled or (result and result.abandoned):
+            outcome = "cancelled"
+        else:
+            outcome = "dropped"
+        if spec.held:  # it ended with nothing to play: hold nothing
+            self._ready(spec, outcome or "ended")
+        return outcome
 
     def on_event(self, ev: Event) -> None:
-        """Listener: the speculative transcript decides the endpoint."""
+        """Listener: the speculative transcript decides the endpoint; its first synthesized
+        sentence releases the page's held end."""
         spec = self.running
         if spec is None:
             return
-        if ev.name == EventName.SPECULATION_START and spec.confirmed.is_set():
-            self._note_confirmed(spec)  # the page ended the utterance before it started
+        if ev.name == EventName.SPECULATION_START:
+            spec.turn = ev.turn
+            if spec.confirmed.is_set():
+                self._note_confirmed(spec)  # the page ended the utterance before it started
         elif ev.name == EventName.ASR_END and not spec.confirmed.is_set():
             self.tasks.spawn(f"endpoint{ev.turn}", self._decide(spec, ev))
+        elif ev.name == EventName.TTS_END and spec.held and ev.turn == spec.turn:
+            self._ready(spec, "audio")
+
+    def _ready(self, spec: Speculation, reason: str) -> None:
+        """Release the page's held end: ``audio`` (the first sentence is synthesized) or
+        why the speculation ended without it."""
+        spec.held = False
+        self.outbox.json({"type": "ready", "input_id": spec.input_id, "pause": spec.pause,
+                          "reason": reason})
 
     async def _decide(self, spec: Speculation, asr_end: Event) -> None:
         assert spec.cue is not None

@@ -550,6 +550,12 @@ def event_named(name: str) -> Any:
                       and m["event"]["event"] == event)
 
 
+def holds(got: Received) -> list[tuple[str, int, str | None]]:
+    """The hold / ready messages: (type, pause, reason)."""
+    return [(m["type"], m["pause"], m.get("reason")) for m in got.messages
+            if m["type"] in ("hold", "ready")]
+
+
 async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web) -> None:
     ws = await open_ws(web_app)
     assert web_app.state.speculate
@@ -595,6 +601,32 @@ async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web)
     await ws.close()
 
 
+async def test_ws_a_speculated_pause_holds_the_pages_end_until_its_first_audio(
+        web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, VOICE[:16000] + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    got = await receive_until(ws, lambda m: m["type"] == "ready")
+    assert got.of("hold") == [{"type": "hold", "input_id": "c1", "pause": 1}]
+    assert got.of("ready") == [{"type": "ready", "input_id": "c1", "pause": 1,
+                                "reason": "audio"}]
+    # The hold comes as the speculative turn starts, the ready with its first synthesized
+    # sentence (the first tts.end), not before.
+    seq = [f"{m['event']['stage']}.{m['event']['event']}" if m["type"] == "event"
+           else m["type"] for m in got.messages]
+    assert seq.index("hold") < seq.index("turn.start")
+    assert seq.count("tts.end") == 1 and seq[-2:] == ["tts.end", "ready"]
+    assert not got.frames
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 900})
+    got = await receive_until(ws, is_result, into=got)
+    result = got.of("turn.result")[0]
+    assert result["speculation"]["state"] == "confirmed" and result["reply"] == REPLY
+    assert result["speculation"]["endpoint_ms"] == 900  # held past the 500 ms wait
+    assert holds(got) == [("hold", 1, None), ("ready", 1, "audio")]  # once each
+    await ws.close()
+
+
 async def test_ws_speech_resuming_abandons_and_the_next_pause_speculates_again(
         web_app: Web) -> None:
     web_app.fake.reply = Reply(tokens=tokens(REPLY), token_delay=0.05)  # still streaming
@@ -608,6 +640,7 @@ async def test_ws_speech_resuming_abandons_and_the_next_pause_speculates_again(
     abandoned = got.of("turn.result")[0]
     assert abandoned["turn"] == 1 and abandoned["abandoned"]
     assert abandoned["speculation"]["state"] == "cancelled"
+    assert holds(got) == [("hold", 1, None), ("ready", 1, "cancelled")]
     names = got.events()
     assert "playback.start" not in names and not got.frames  # nothing reached the page
     cancelled = next(m["event"] for m in got.messages
@@ -677,6 +710,8 @@ async def test_ws_a_speculation_that_hears_nothing_is_dropped_unseen(web_app: We
     got = await receive_until(ws, is_result)
     dropped = got.of("turn.result")[0]
     assert dropped["speculation"]["state"] == "dropped" and dropped["error"]
+    # no audio will come of it: the page's end is released at once
+    assert holds(got) == [("hold", 1, None), ("ready", 1, "dropped")]
     assert all(m.get("speculative") for m in got.of("event"))  # the page never shows it
     await send_pcm(ws, HALF)
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
@@ -699,6 +734,7 @@ async def test_ws_no_pause_speculates_while_another_turn_runs(web_app: Web) -> N
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
     got = await receive_until(ws, lambda m: is_result(m) and m["turn"] == 2, into=first)
     assert not got.of("endpoint") and "speculation.start" not in got.events()
+    assert not holds(got)  # no speculation: the page ends the utterance as it would
     interrupted, answer = got.of("turn.result")
     assert interrupted["interrupted"] and answer["input_id"] == "c2"
     assert answer["speculation"]["pauses"] == 1 and answer["speculation"]["started"] == 0
@@ -717,6 +753,7 @@ async def test_ws_no_speculate_keeps_the_turn_for_the_end(web_app: Web) -> None:
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
     got = await receive_until(ws, is_result)
     assert not got.of("endpoint") and "speculation.start" not in got.events()
+    assert not holds(got)
     result = got.of("turn.result")[0]
     assert result["turn"] == 1 and result["reply"] == REPLY
     assert result["speculation"]["started"] == 0

@@ -7,8 +7,9 @@ are read back. Screenshots land in the test's tmp dir (paths printed with ``-s``
 
 A second Chromium speaks the same question with a pause inside it ("What are … three tips
 for sleeping better?"): hands-free, the page reports the pause, the server speculates on
-"What are", abandons that when the voice comes back, speculates again at the end and the
-confirmed turn answers (services/web_live.py).
+"What are", abandons that when the voice comes back, speculates again at the end (holding
+the page's end until its reply is ready) and the confirmed turn answers
+(services/web_live.py).
 """
 
 from __future__ import annotations
@@ -244,6 +245,11 @@ async def test_a_pause_inside_the_question_is_speculated_on_dropped_and_the_end_
     spec = result["speculation"]
     assert spec["state"] == "confirmed"
     assert spec["pauses"] >= 2 and spec["started"] >= 2 and spec["cancelled"] >= 1
+    # The answering speculation (at the last pause) held the page's end until its first
+    # sentence was synthesized.
+    held = await page.js("voiceLlm.log.filter(m => ['hold', 'ready'].includes(m.type) && "
+                         f"m.pause === {spec['pauses']}).map(m => [m.type, m.reason ?? null])")
+    assert held == [["hold", None], ["ready", "audio"]]
     stats = await page.js("voiceLlm.stats")
     assert stats["utterancesSent"] == 1 and stats["pausesSent"] == spec["pauses"]
     assert stats["speculationsConfirmed"] == 1

@@ -2,7 +2,8 @@
 
 Frame by frame, as capture.js feeds it: when a pause is reported to the server, when the
 voice coming back is, and which silence ends the utterance (the server's endpoint for the
-current pause, or the 700 ms fallback). Pure logic, no timing: each scenario is a list of
+current pause, or the 700 ms fallback; not before the server's speculative reply is ready
+while it holds the end, up to 3 s). Pure logic, no timing: each scenario is a list of
 steps, the answer the list of messages the page would send.
 """
 
@@ -18,9 +19,10 @@ import pytest
 
 ENDPOINTER = Path(__file__).resolve().parent.parent / "services" / "static" / "endpointer.js"
 
-# Steps: ["voice", n] / ["quiet", n] frames of 20 ms, ["endpoint", pause, wait_ms] (the
-# server's message), ["speculate", bool]. Every non-null answer of frame() is collected,
-# with the result of endpoint() as {"endpoint": accepted}.
+# Steps: ["voice", n] / ["quiet", n] frames of 20 ms, ["endpoint", pause, wait_ms],
+# ["hold", pause], ["ready", pause] (the server's messages), ["speculate", bool]. Every
+# non-null answer of frame() is collected, with the result of endpoint() / hold() /
+# ready() as {"endpoint": accepted} and so on.
 RUNNER = """
 import { Endpointer } from "./endpointer.mjs";
 const steps = JSON.parse(process.argv[2]);
@@ -30,6 +32,8 @@ const out = [];
 for (const [kind, a, b] of steps) {
   if (kind === "speculate") ep.speculate = a;
   else if (kind === "endpoint") out.push({ endpoint: ep.endpoint(a, b) });
+  else if (kind === "hold") out.push({ hold: ep.hold(a) });
+  else if (kind === "ready") out.push({ ready: ep.ready(a) });
   else for (let i = 0; i < a; i++) {
     const act = ep.frame(kind === "voice");
     if (act) out.push(act);
@@ -96,3 +100,60 @@ def test_no_pause_after_a_short_burst_or_without_speculation(node: tuple[str, Pa
     assert burst == [{"type": "end", "trailing_ms": 700, "endpoint_ms": None}]
     off = run(node, [["speculate", False], ["voice", 40], ["quiet", 100]])
     assert off == [{"type": "end", "trailing_ms": 700, "endpoint_ms": None}]
+
+
+# --- the end held until the server's speculative reply is ready -------------------------
+PAUSE_1 = {"type": "audio.pause", "pause": 1, "silence_ms": 200}
+
+
+def test_a_held_end_outlasts_the_wait_and_ready_ends_it_at_the_next_frame(
+        node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 10], ["hold", 1], ["endpoint", 1, 500],
+                     ["quiet", 40],  # 1000 ms of silence, past the 500 ms wait: held
+                     ["ready", 1], ["quiet", 100]])
+    assert got == [PAUSE_1, {"hold": True}, {"endpoint": True}, {"ready": True},
+                   {"type": "end", "trailing_ms": 1020, "endpoint_ms": 500}]
+
+
+def test_a_reply_ready_before_the_wait_ends_at_the_wait(node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 10], ["hold", 1], ["endpoint", 1, 500],
+                     ["quiet", 5], ["ready", 1], ["quiet", 100]])
+    assert got[-1] == {"type": "end", "trailing_ms": 500, "endpoint_ms": 500}
+    # no endpoint yet: the fallback, the same way
+    got = run(node, [["voice", 20], ["quiet", 10], ["hold", 1], ["ready", 1], ["quiet", 100]])
+    assert got[-1] == {"type": "end", "trailing_ms": 700, "endpoint_ms": None}
+
+
+def test_a_held_end_is_taken_after_3_s_of_silence_without_ready(
+        node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 10], ["hold", 1], ["endpoint", 1, 500],
+                     ["quiet", 1000]])
+    assert got[-1] == {"type": "end", "trailing_ms": 3000, "endpoint_ms": 500}
+    got = run(node, [["voice", 20], ["quiet", 10], ["hold", 1], ["quiet", 1000]])
+    assert got[-1] == {"type": "end", "trailing_ms": 3000, "endpoint_ms": None}
+
+
+def test_the_voice_coming_back_during_a_hold_resumes_and_clears_it(
+        node: tuple[str, Path]) -> None:
+    got = run(node, [["voice", 20], ["quiet", 10], ["hold", 1], ["endpoint", 1, 500],
+                     ["quiet", 30],  # 800 ms, past the wait, still held
+                     ["voice", 10], ["quiet", 100]])
+    assert got == [PAUSE_1, {"hold": True}, {"endpoint": True},
+                   {"type": "audio.resume", "pause": 1, "silence_ms": 800},
+                   {"type": "audio.pause", "pause": 2, "silence_ms": 200},
+                   {"type": "end", "trailing_ms": 700, "endpoint_ms": None}]
+
+
+def test_hold_and_ready_for_another_pause_are_ignored(node: tuple[str, Path]) -> None:
+    # before any pause, and a hold for pause 1 arriving after the voice came back
+    got = run(node, [["voice", 20], ["hold", 1], ["quiet", 10], ["voice", 10], ["hold", 1],
+                     ["quiet", 100]])
+    assert got == [{"hold": False}, PAUSE_1,
+                   {"type": "audio.resume", "pause": 1, "silence_ms": 200}, {"hold": False},
+                   {"type": "audio.pause", "pause": 2, "silence_ms": 200},
+                   {"type": "end", "trailing_ms": 700, "endpoint_ms": None}]
+    # a late ready for pause 1 does not release the hold on pause 2
+    got = run(node, [["voice", 20], ["quiet", 10], ["voice", 10], ["quiet", 10], ["hold", 2],
+                     ["ready", 1], ["quiet", 1000]])
+    assert got[-3:] == [{"hold": True}, {"ready": False},
+                        {"type": "end", "trailing_ms": 3000, "endpoint_ms": None}]

@@ -29,6 +29,8 @@ function onMessage(msg) {
     case "audio.stop": player.flush(); refreshState(); break;
     case "event": onEvent(msg.event, msg.input_id, msg.speculative === true); break;
     case "endpoint": capture.onEndpoint(msg); break;
+    case "hold": capture.onHold(msg); break;
+    case "ready": capture.onReady(msg); break;
     case "transcript": turnView(msg.turn).setTranscript(msg.text); break;
     case "sentence": turnView(msg.turn).addSentence(msg.index, msg.text); break;
     case "turn.result": onResult(msg); break;

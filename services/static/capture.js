@@ -1,7 +1,8 @@
 // The microphone: 16 kHz capture through an AudioWorklet, 20 ms frames, an energy VAD that
 // cuts utterances (hands-free) or follows the push-to-talk button, and the PCM sent on.
 // Hands-free, the end of an utterance listens (endpointer.js): its pauses go to the server,
-// which speculates on them and answers with the silence that ends this utterance.
+// which speculates on them, answers with the silence that ends this utterance and holds the
+// end until its speculative reply is ready.
 // What an utterance means for the conversation is the caller's: see the hooks below.
 import { Endpointer } from "./endpointer.js";
 import { player } from "./player.js";
@@ -178,6 +179,14 @@ export const capture = {
     const used = this.endpointer.endpoint(msg.pause, msg.wait_ms);
     if (used) session.stats.endpointsUsed += 1;
     return used;
+  },
+  // `hold` / `ready`: the server's speculative reply on that pause has no audio yet, so
+  // the end waits for it / it is ready (or ended without audio), so the end may come.
+  onHold(msg) {
+    return this.recording && msg.input_id === this.inputId && this.endpointer.hold(msg.pause);
+  },
+  onReady(msg) {
+    return this.recording && msg.input_id === this.inputId && this.endpointer.ready(msg.pause);
   },
   abort() { this.recording = false; this.preRoll = []; },
   stop() {

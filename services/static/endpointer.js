@@ -6,10 +6,14 @@
 //   {type: "audio.resume", pause: N, silence_ms}  the voice came back: that speculation is off
 //   {type: "end", trailing_ms, endpoint_ms}       the silence reached the wait: end it
 // The wait is the server's `endpoint` for the current pause (endpoint()), or fallbackMs
-// until one arrives (and after the voice comes back). Protocol: services/web_live.py.
+// until one arrives (and after the voice comes back). While the server holds the end
+// (hold(): its speculative reply has no audio yet, so nothing could be played sooner) the
+// wait passing does not end the utterance, until ready() or heldMaxMs of silence.
+// Protocol: services/web_live.py.
 export class Endpointer {
-  constructor({ frameMs = 20, pauseMs = 200, fallbackMs = 700, minSpeechMs = 250 } = {}) {
-    Object.assign(this, { frameMs, pauseMs, fallbackMs, minSpeechMs });
+  constructor({ frameMs = 20, pauseMs = 200, fallbackMs = 700, minSpeechMs = 250,
+                heldMaxMs = 3000 } = {}) {
+    Object.assign(this, { frameMs, pauseMs, fallbackMs, minSpeechMs, heldMaxMs });
     this.speculate = true; // false: no pause messages (push-to-talk, --no-speculate)
     this.reset();
   }
@@ -21,6 +25,7 @@ export class Endpointer {
     this.pauses = 0; // pauses reported in this utterance
     this.paused = false; // the current silence was reported as a pause
     this.waitMs = null; // the server's endpoint for that pause
+    this.held = false; // the server holds the end until its reply is ready
   }
 
   get silenceMs() { return this.silentFrames * this.frameMs; }
@@ -35,10 +40,12 @@ export class Endpointer {
       this.silentFrames = 0;
       this.paused = false;
       this.waitMs = null; // the endpoint judged the words up to that pause only
+      this.held = false; // and the reply it held for is abandoned
       return resumed;
     }
     this.silentFrames += 1;
-    if (this.silenceMs >= this.endAfterMs) {
+    const held = this.held && this.silenceMs < this.heldMaxMs;
+    if (this.silenceMs >= this.endAfterMs && !held) {
       return { type: "end", trailing_ms: this.silenceMs, endpoint_ms: this.waitMs };
     }
     if (this.speculate && !this.paused && this.silenceMs >= this.pauseMs
@@ -50,11 +57,29 @@ export class Endpointer {
     return null;
   }
 
-  // The server's wait for pause ``pause``; true if it applies (the voice has not come back
-  // since, so it is about the words so far).
+  // The server's messages about pause ``pause``; each returns true if it applies (the
+  // voice has not come back since, so it is about the words so far).
+  // endpoint: the wait that ends the utterance after it.
   endpoint(pause, waitMs) {
-    if (!this.paused || pause !== this.pauses) return false;
+    if (!this.current(pause)) return false;
     this.waitMs = waitMs;
     return true;
   }
+
+  // hold: a speculative reply started on it; the end waits for ready (or heldMaxMs).
+  hold(pause) {
+    if (!this.current(pause)) return false;
+    this.held = true;
+    return true;
+  }
+
+  // ready: that reply's first audio is ready, or it ended without any. A wait already
+  // passed ends the utterance at the next frame.
+  ready(pause) {
+    if (!this.current(pause)) return false;
+    this.held = false;
+    return true;
+  }
+
+  current(pause) { return this.paused && pause === this.pauses; }
 }
