@@ -28,9 +28,11 @@ turns), ``audio.format``, ``event`` (the event dict of docs/contracts.md under `
 ``transcript``, ``sentence``, binary audio frames, ``audio.stop``, ``turn.result`` (its
 ``id_slot``: the conversation's LLM slot; ``speculation``: what speculation did over the
 utterance, services/web_live.py), ``endpoint`` (``input_id``, ``pause``, ``wait_ms``,
-``reason``: end this utterance after ``wait_ms`` of silence), ``queued`` (every LLM slot is
-held by another conversation: ``position``, ``timeout_s``) and ``error`` (one line; the
-session goes on). ``event``, ``transcript`` and ``sentence`` messages of a speculative turn
+``reason``: end this utterance after ``wait_ms`` of silence), ``hold`` / ``ready``
+(``input_id``, ``pause``; ``reason`` on ``ready``: a speculative turn runs on that pause, so
+the page holds its end until its first audio is ready or it ended without), ``queued``
+(every LLM slot is held by another conversation: ``position``, ``timeout_s``) and ``error``
+(one line; the session goes on). ``event``, ``transcript`` and ``sentence`` messages of a speculative turn
 not yet confirmed carry ``"speculative": true``: the page keeps that turn out of sight, and
 its ``turn.result`` (``speculation.state`` ``cancelled`` or ``dropped``) if it never is.
 
