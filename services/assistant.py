@@ -45,10 +45,13 @@ class Assistant:
         await self.llm.close()
 
 
-# Piper gets one thread: in streamed mode it synthesizes the first sentence while
-# llama-server (-t 2) decodes the rest on the same 2 cores. Measured with `voice-llm compare
-# --tts-threads N`: streamed tts_first_ms p50 364 -> 212 ms, p95 1208 -> 287 ms (README).
-DEFAULT_TTS_THREADS = 1
+# Piper gets both cores. It synthesizes the first sentence while llama-server decodes the
+# rest of the reply on the same cores; at equal priority one Piper thread was the least bad
+# (streamed tts_first_ms p50 364 -> 212 ms), but the managed server now runs at nice 19
+# (ServerOptions.nice), and then two threads synthesize a first chunk as fast as with the
+# server idle: 101 ms under decode against 150 with one thread and 240 at equal priority
+# (`scripts/bench_cpu_share.py`, docs/results.md "The CPU split").
+DEFAULT_TTS_THREADS = 2
 
 
 async def load_assistant(llm_url: str, *, language: str = "en", asr_threads: int = 2,

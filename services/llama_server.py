@@ -1,7 +1,7 @@
 """The managed llama-server process: start, stop, status.
 
 - ``ServerOptions(model=None, server_bin=None, host="127.0.0.1", port=8080, threads=2,
-  ctx=4096, parallel=1, extra_args=(), start_timeout=120.0)``: how to start it.
+  ctx=4096, parallel=1, extra_args=(), start_timeout=120.0, nice=19)``: how to start it.
   ``model=None`` means ``--model``/``$VOICE_LLM_MODEL``/the bundled GGUF (``services.models``).
 - ``LlamaServer(state_dir=None)``: one managed server whose files live in the state folder
   (``.voice-llm/`` in the working directory unless ``$VOICE_LLM_STATE``):
@@ -32,7 +32,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,11 @@ class ServerOptions:
     parallel: int = 1
     extra_args: tuple[str, ...] = ()
     start_timeout: float = 120.0
+    # Scheduling niceness. The voice stages share the cores with the server: Piper's first
+    # sentence ran 2-2.5x slower while the server decoded the rest of the reply at the same
+    # priority, as fast as alone at 19 (docs/llama-server.md). The server loses nothing
+    # when it is the only thing running, e.g. while the reply's first phrase is decoded.
+    nice: int = 19
 
     def argv(self, binary: Path, model: Path) -> list[str]:
         # --cache-ram 0: the host-RAM prompt cache restores old prompts and makes cold-cache
@@ -84,6 +89,12 @@ class ServerOptions:
         return [str(binary), "-m", str(model), "--host", self.host, "--port", str(self.port),
                 "-t", str(self.threads), "-np", str(self.parallel), "-c", str(self.ctx),
                 "--cache-ram", "0", *self.extra_args]
+
+
+def _niced(nice: int) -> Callable[[], None]:
+    def set_nice() -> None:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    return set_nice
 
 
 @dataclass(frozen=True)
@@ -182,13 +193,14 @@ class LlamaServer:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own session: it outlives the CLI and Ctrl-C
+                preexec_fn=_niced(options.nice),  # before exec: every thread inherits it
             )
         self._proc = proc
         self.pid_path.write_text(f"{proc.pid}\n")
         self.state_path.write_text(json.dumps({
             "pid": proc.pid, "url": url, "host": options.host, "port": options.port,
             "model": str(model), "binary": str(binary), "argv": argv,
-            "log": str(self.log_path), "started_at": time.time(),
+            "log": str(self.log_path), "started_at": time.time(), "nice": options.nice,
         }, indent=2) + "\n")
         try:
             self._wait_ready(proc, url, model, options.start_timeout, quiet)

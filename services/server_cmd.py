@@ -47,6 +47,10 @@ def _add_up_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slots", "--parallel", dest="parallel", type=int, default=1,
                         help="-np: server slots, one per concurrent conversation; each "
                         "gets ctx/N tokens of context (default 1)")
+    parser.add_argument("--nice", type=int, default=19,
+                        help="the server's scheduling niceness, 0-19 (default 19: Whisper and "
+                        "Piper in voice-llm's own process come first on the shared cores; "
+                        "the server gets every cycle they leave)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for /health 200 (default 120)")
     parser.add_argument("server_args", nargs="*", metavar="SERVER_ARG",
@@ -69,11 +73,14 @@ def _up(server: LlamaServer, args: argparse.Namespace) -> int:
         port = url_port if url_port and is_local(args.llm_url) else DEFAULT_PORT
     options = ServerOptions(model=args.model, server_bin=args.server_bin, port=port,
                             threads=args.threads, ctx=args.ctx, parallel=args.parallel,
-                            extra_args=tuple(args.server_args), start_timeout=args.timeout)
+                            extra_args=tuple(args.server_args), start_timeout=args.timeout,
+                            nice=args.nice)
     for value, flag in ((args.threads, "--threads"), (args.ctx, "--ctx"),
                         (args.parallel, "--slots")):
         if value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
+    if not 0 <= args.nice <= 19:
+        raise UserError(f"--nice must be 0-19, got {args.nice}")
     info = server.start(options)
     if info.already_running:
         print(f"llama-server already running at {info.url} (pid {info.pid}, model "

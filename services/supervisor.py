@@ -88,7 +88,8 @@ def _recorded_pid(server: LlamaServer) -> int | None:
 
 def _options_from_state(server: LlamaServer) -> ServerOptions:
     """The options of a server another command started, read back from its recorded argv
-    (model, binary, threads, slots, context, extra arguments), so it restarts as it ran."""
+    (model, binary, threads, slots, context, extra arguments, niceness), so it restarts as it
+    ran."""
     import json
 
     try:
@@ -107,7 +108,8 @@ def _options_from_state(server: LlamaServer) -> ServerOptions:
     extra = tuple(argv[15:]) if argv[13:15] == ["--cache-ram", "0"] else ()
     return replace(base, model=state.get("model"), server_bin=state.get("binary"),
                    threads=value("-t", base.threads), parallel=value("-np", base.parallel),
-                   ctx=value("-c", base.ctx), extra_args=extra)
+                   ctx=value("-c", base.ctx), extra_args=extra,
+                   nice=int(state.get("nice", base.nice)))
 
 
 class SharedCheck:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.turn import MODES, TurnConfig
+from services.assistant import DEFAULT_TTS_THREADS
 from services.engines import add_engine_options
 from services.errors import UserError
 
@@ -47,10 +48,11 @@ def add_turn_options(p: argparse.ArgumentParser) -> None:
                    "into one template for every answer within ~15 turns; 1 = off "
                    "(default %(default)s; measured in docs/results.md)")
     p.add_argument("--language", default="en", help="ASR language (default %(default)s)")
-    p.add_argument("--tts-threads", type=int, default=1, metavar="N",
-                   help="onnxruntime threads for Piper. In streamed mode Piper shares the 2 "
-                   "cores with llama-server still decoding; 1 thread measured fastest for "
-                   "the first sentence (README) (default %(default)s)")
+    p.add_argument("--tts-threads", type=int, default=DEFAULT_TTS_THREADS, metavar="N",
+                   help="onnxruntime threads for Piper. Piper synthesizes while llama-server "
+                   "decodes the rest of the reply; with the server at nice 19 (`up --nice`) "
+                   "2 threads were fastest for the first sentence (docs/results.md) "
+                   "(default %(default)s)")
     p.add_argument("--asr-threads", type=int, default=2, metavar="N",
                    help="CTranslate2 threads for Whisper (default %(default)s)")
     add_asr_window_option(p)

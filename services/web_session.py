@@ -32,9 +32,10 @@ utterance, services/web_live.py), ``endpoint`` (``input_id``, ``pause``, ``wait_
 (``input_id``, ``pause``; ``reason`` on ``ready``: a speculative turn runs on that pause, so
 the page holds its end until its first audio is ready or it ended without), ``queued``
 (every LLM slot is held by another conversation: ``position``, ``timeout_s``) and ``error``
-(one line; the session goes on). ``event``, ``transcript`` and ``sentence`` messages of a speculative turn
-not yet confirmed carry ``"speculative": true``: the page keeps that turn out of sight, and
-its ``turn.result`` (``speculation.state`` ``cancelled`` or ``dropped``) if it never is.
+(one line; the session goes on). ``event``, ``transcript`` and ``sentence`` messages of a
+speculative turn not yet confirmed carry ``"speculative": true``: the page keeps that turn
+out of sight, and its ``turn.result`` (``speculation.state`` ``cancelled`` or ``dropped``)
+if it never is.
 
 Messages beyond ``Limits.max_messages_per_s`` (over one second) are dropped with one error
 per second, and an utterance they belonged to is dropped whole.

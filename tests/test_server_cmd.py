@@ -349,6 +349,9 @@ def test_up_twice_status_down(run: Run, state: Path, fake_bin: Path, model_file:
         assert (state / name).is_file()
     assert json.loads((state / "health.json").read_text()) == {"status": "ok"}
     pid = int((state / "llama-server.pid").read_text())
+    # The voice stages come first on the shared cores (ServerOptions.nice).
+    assert os.getpriority(os.PRIO_PROCESS, pid) == 19
+    assert json.loads((state / "server.json").read_text())["nice"] == 19
 
     code, out, _ = run("up", *base)
     assert code == 0
