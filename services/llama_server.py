@@ -94,6 +94,12 @@ class ServerOptions:
 def _niced(nice: int) -> Callable[[], None]:
     def set_nice() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
+        # With the kernel's autogroup scheduling (sched_autogroup_enabled) a process's nice
+        # only ranks it within its session's group, and start_new_session gave the server a
+        # group of its own that would share the cores evenly with ours. The group's own
+        # nice is what ranks it against voice-llm, so it gets the same value.
+        with contextlib.suppress(OSError):
+            Path("/proc/self/autogroup").write_text(f"{nice}\n")
     return set_nice
 
 

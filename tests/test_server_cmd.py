@@ -351,6 +351,9 @@ def test_up_twice_status_down(run: Run, state: Path, fake_bin: Path, model_file:
     pid = int((state / "llama-server.pid").read_text())
     # The voice stages come first on the shared cores (ServerOptions.nice).
     assert os.getpriority(os.PRIO_PROCESS, pid) == 19
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    if autogroup.exists():  # its own session's scheduling group is niced too
+        assert autogroup.read_text().split()[-1] == "19"
     assert json.loads((state / "server.json").read_text())["nice"] == 19
 
     code, out, _ = run("up", *base)
