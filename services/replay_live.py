@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pipeline.endpoint import EndpointPolicy
 from services import turn_options
 from services.errors import UserError
 
@@ -45,12 +46,14 @@ class LiveOptions:
     end_silence_ms: int = 600
     keep_warm: bool = True  # tiny engine passes while the user speaks (pipeline/warm.py)
     gap_ms: int | None = 96  # Whisper starts at this gap, before the pause (early_asr.py)
+    complete_ms: int = EndpointPolicy.complete_ms  # the endpoint's wait after a whole sentence
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, speculate: bool | None = None) -> LiveOptions:
         return cls(speculate=args.speculate if speculate is None else speculate,
                    pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms,
-                   keep_warm=args.keep_warm, gap_ms=args.gap_ms or None)
+                   keep_warm=args.keep_warm, gap_ms=args.gap_ms or None,
+                   complete_ms=args.complete_ms)
 
 
 class LiveConversation:
@@ -80,7 +83,8 @@ class LiveConversation:
             gap_ms=options.gap_ms if options.speculate else None))
         self._finished: asyncio.Queue[LiveTurn] = asyncio.Queue()
         self.taker = LiveTurnTaker(runner, self._segmenter, on_turn=self._finished.put_nowait,
-                                   speculate=options.speculate, keep_warm=options.keep_warm)
+                                   speculate=options.speculate, keep_warm=options.keep_warm,
+                                   policy=EndpointPolicy(complete_ms=options.complete_ms))
         self._mic = RecordedMic()
         self._tasks = TaskSet("live-conversation")
         self._turns = 0

@@ -178,7 +178,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
             tasks.spawn("supervise", _supervise(supervisor, status))
 
     live = LiveTurnTaker(runner, segmenter, on_turn=on_turn, speculate=args.speculate,
-                         keep_warm=args.keep_warm)
+                         policy=turn_options.endpoint_policy(args), keep_warm=args.keep_warm)
 
     def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
         if during_playback:  # began over the assistant and did not barge in: not a turn

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.endpoint import EndpointPolicy
 from pipeline.turn import MODES, TurnConfig
 from services.assistant import DEFAULT_TTS_THREADS
 from services.engines import add_engine_options
@@ -226,6 +227,12 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
                    help="shorter silence at which Whisper starts on your words so far, so "
                    "the turn at the pause finds the transcript (nearly) done (default "
                    "%(default)s, 0 = off; docs/live.md)")
+    p.add_argument("--complete-ms", type=int, default=EndpointPolicy.complete_ms, metavar="MS",
+                   help="the endpoint's wait after words that make a finished question or "
+                   "sentence (default %(default)s). Longer: fewer pauses taken for the end "
+                   "(mid-sentence pauses after a whole request: 21%% at 500, 3%% at 800), "
+                   "every turn that much later once the reply is ready sooner "
+                   "(docs/live.md)")
     p.add_argument("--no-keep-warm", dest="keep_warm", action="store_false",
                    help="do not run tiny Whisper and Piper passes while you speak (they keep "
                    "the engines warm for the turn at your pause: ~10%% of the CPU while you "
@@ -235,9 +242,17 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
 def check_live_options(args: argparse.Namespace) -> None:
     if args.end_silence_ms < 100 or args.pause_ms < 64:
         raise UserError("--end-silence-ms must be >= 100 and --pause-ms >= 64")
+    if not 0 < args.complete_ms <= EndpointPolicy.default_ms:
+        raise UserError(f"--complete-ms must be from 1 to {EndpointPolicy.default_ms} (the "
+                        f"wait when nothing is known), not {args.complete_ms}")
     if args.gap_ms and not 32 <= args.gap_ms < args.pause_ms:
         raise UserError(f"--gap-ms must be 0 (off) or from 32 to under --pause-ms "
                         f"({args.pause_ms}), not {args.gap_ms}")
+
+
+def endpoint_policy(args: argparse.Namespace) -> EndpointPolicy:
+    """The endpoint policy for these options (``--complete-ms``)."""
+    return EndpointPolicy(complete_ms=args.complete_ms)
 
 
 def gap_ms(args: argparse.Namespace) -> int | None:

@@ -89,6 +89,8 @@ def test_the_live_waterfall_counts_from_the_end_of_speech() -> None:
     (("--live", "--gap-ms", "200"), "--gap-ms must be 0 .off. or from 32 to under --pause-ms"),
     (("--live", "--gap-ms", "10"), "--gap-ms must be 0"),
     (("--gap-ms", "64"), "--gap-ms only with --live"),
+    (("--live", "--complete-ms", "0"), "--complete-ms must be from 1 to 1000"),
+    (("--complete-ms", "800"), "--complete-ms only with --live"),
 ])
 def test_options_that_make_no_sense_are_one_clear_error(argv: tuple[str, ...],
                                                          message: str) -> None:
@@ -118,7 +120,8 @@ async def test_compare_live_runs_both_conditions_through_the_live_path(
     args = parse(str(SKY), "--live", "--runs", "1", "--max-sentences", "1", "--out", str(out))
     assert await compare._compare(args, [SKY]) == 0
     report = json.loads((out / "compare.json").read_text())
-    assert report["live"] == {"pause_ms": 200, "gap_ms": 96, "end_silence_ms": 600}
+    assert report["live"] == {"pause_ms": 200, "gap_ms": 96, "end_silence_ms": 600,
+                              "complete_ms": 500}
     on, off = report["turns"]  # run 1: speculation on first
     assert (on["speculation"], off["speculation"]) == ("on", "off")
     assert on["speculative"] is True and on["speculation_confirmed_ms"] is not None
@@ -187,3 +190,16 @@ def test_compare_live_on_the_real_server(llama_server, tmp_path: Path) -> None:
     assert spec["off"]["started"] == 0
     assert s["first_audio_from_speech_end_ratio"] is not None
     assert "on/off first_audio_from_speech_end p50 ratio" in done.stdout
+
+
+async def test_complete_ms_is_the_wait_after_a_finished_question(
+        fake_assistant: FakeLlm, tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    args = parse(str(SKY), "--live", "--runs", "1", "--max-sentences", "1", "--out", str(out),
+                 "--complete-ms", "800")
+    assert await compare._compare(args, [SKY]) == 0
+    report = json.loads((out / "compare.json").read_text())
+    assert report["live"]["complete_ms"] == 800
+    on = next(t for t in report["turns"] if t["speculation"] == "on")
+    # "Why is the sky blue?" is a finished question: the end waits --complete-ms of silence.
+    assert on["endpoint_ms"] >= 800
