@@ -172,8 +172,10 @@ RATES = [150, 165, 180]
 LEAD_S, TAIL_S = 0.4, 2.0
 VARIANTS = ("separate", "ssml")
 # The speculative reply's first audio, this long after the pause (held-end conditions):
-# bench_live measured ~430 ms p50 on a fast host and ~600-750 ms on slower ones.
-READY_MS = (300, 450, 600, 750)
+# bench_live measured ~300-430 ms p50 (t0 -> first audio) on a fast host state and
+# ~600-890 ms on slower ones.
+READY_MS = (300, 350, 450, 600, 750)
+COMPLETE_READY_MS = 350
 
 
 def speak(text: str, voice: str, rate: int, workdir: Path, ssml: bool = False) -> np.ndarray:
@@ -354,6 +356,13 @@ def conditions() -> list[Condition]:
     for ready in READY_MS:
         out.append(Condition(f"the default, held until the reply is ready {ready} ms after "
                              "the pause", shipped, ready_ms=ready))
+    # The trade `--complete-ms` offers where the reply is ready early (~350 ms after the
+    # pause on the session-9 host): a longer wait after a finished sentence.
+    for complete in (600, 700, 800, 900):
+        out.append(Condition(f"--complete-ms {complete}, held until the reply is ready "
+                             f"{COMPLETE_READY_MS} ms after the pause",
+                             replace(shipped, complete_ms=complete),
+                             ready_ms=COMPLETE_READY_MS))
     return out
 
 
