@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pipeline.audio_in import load_wav  # noqa: E402
+from pipeline.conversation import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 from pipeline.metrics import pct  # noqa: E402
 
 HEADS = ["The history of bicycles", "Blue appears", "To make a great cup of tea,",
@@ -43,8 +43,6 @@ NICES = (0, 19)
 
 def stream_tokens(port: int, question: str) -> Iterator[float]:
     """Yield the arrival time of each streamed token of a real reply to ``question``."""
-    from pipeline.conversation import DEFAULT_SYSTEM_PROMPT
-
     body = {"messages": [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
                          {"role": "user", "content": question}],
             "stream": True, "max_tokens": 80, "cache_prompt": True}
@@ -70,6 +68,7 @@ def main() -> int:
     from pipeline.tts import PiperTts
     from services import models
     from services.llama_server import LlamaServer, ServerOptions
+    from services.server_check import free_port
 
     asr = WhisperAsr(models.whisper_model_dir())
     asr.load()
@@ -85,9 +84,9 @@ def main() -> int:
         ports: dict[int, int] = {}
         for nice in NICES:
             server = LlamaServer(Path(stack.enter_context(tempfile.TemporaryDirectory())))
-            info = server.start(ServerOptions(port=free_port(), nice=nice), quiet=True)
+            ports[nice] = free_port()
+            server.start(ServerOptions(port=ports[nice], nice=nice), quiet=True)
             stack.callback(server.stop)
-            ports[nice] = int(info.url.rsplit(":", 1)[1])
         done = 0
         for r in range(args.rounds):
             for i, clip in enumerate(clips):
@@ -127,13 +126,6 @@ def main() -> int:
     print(table)
     print(f"\nreport: {args.out / 'cpu_share.md'} (every call: cpu_share.json)")
     return 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def label(threads: int, nice: int) -> str:

@@ -48,9 +48,9 @@ class Assistant:
 # Piper gets both cores. It synthesizes the first sentence while llama-server decodes the
 # rest of the reply on the same cores; at equal priority one Piper thread was the least bad
 # (streamed tts_first_ms p50 364 -> 212 ms), but the managed server now runs at nice 19
-# (ServerOptions.nice), and then two threads synthesize a first chunk as fast as with the
-# server idle: 101 ms under decode against 150 with one thread and 240 at equal priority
-# (`scripts/bench_cpu_share.py`, docs/results.md "The CPU split").
+# (ServerOptions.nice), and then two threads synthesize a first chunk under decode in 96 ms
+# against 105 with one thread and 145 for one thread at equal priority (70 ms with the
+# server idle; `scripts/bench_cpu_share.py`, docs/results.md "The CPU split").
 DEFAULT_TTS_THREADS = 2
 
 

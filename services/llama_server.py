@@ -76,10 +76,11 @@ class ServerOptions:
     parallel: int = 1
     extra_args: tuple[str, ...] = ()
     start_timeout: float = 120.0
-    # Scheduling niceness. The voice stages share the cores with the server: Piper's first
-    # sentence ran 2-2.5x slower while the server decoded the rest of the reply at the same
-    # priority, as fast as alone at 19 (docs/llama-server.md). The server loses nothing
-    # when it is the only thing running, e.g. while the reply's first phrase is decoded.
+    # Scheduling niceness (the process's and its autogroup's, _niced). The voice stages share
+    # the cores with the server: Piper's first chunk took 1.4-2.5x as long while the server
+    # decoded the rest of the reply at the same priority, nearly as with it idle at 19
+    # (docs/llama-server.md). The server loses nothing when it is the only thing running,
+    # e.g. while the reply's first phrase is decoded.
     nice: int = 19
 
     def argv(self, binary: Path, model: Path) -> list[str]:

@@ -69,7 +69,7 @@ def prove(binary: Path, model: Path, *, state_dir: Path | None = None,
             state_dir = Path(stack.enter_context(
                 tempfile.TemporaryDirectory(prefix="voice-llm-proof-")))
         server = LlamaServer(state_dir)
-        options = ServerOptions(server_bin=binary, model=model, port=_free_port(),
+        options = ServerOptions(server_bin=binary, model=model, port=free_port(),
                                 ctx=PROOF_CTX, start_timeout=timeout)
         info = server.start(options, quiet=True)
         try:
@@ -127,7 +127,7 @@ def _short(body: bytes, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

@@ -230,9 +230,9 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--complete-ms", type=int, default=EndpointPolicy.complete_ms, metavar="MS",
                    help="the endpoint's wait after words that make a finished question or "
                    "sentence (default %(default)s). Longer: fewer pauses taken for the end "
-                   "(mid-sentence pauses after a whole request: 21%% at 500, 3%% at 800), "
-                   "every turn that much later once the reply is ready sooner "
-                   "(docs/live.md)")
+                   "(held-out mid-sentence pauses, the reply ready 350 ms after the pause: "
+                   "15%% at 500, 4%% at 800, 0%% at 900), every finished question answered "
+                   "later once the reply is ready sooner than the wait (docs/live.md)")
     p.add_argument("--no-keep-warm", dest="keep_warm", action="store_false",
                    help="do not run tiny Whisper and Piper passes while you speak (they keep "
                    "the engines warm for the turn at your pause: ~10%% of the CPU while you "
