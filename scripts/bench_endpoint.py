@@ -33,13 +33,19 @@ meanwhile continues the utterance. ``ready_ms`` is the pipeline's time from the 
 the first audio (measured with ``scripts/bench_live.py``; it depends on the machine), so
 the figures are given for a few of them.
 
+The report: endpoint.md (the tables), endpoint.png (false endpoints against the wait, one
+point per condition, test split) and endpoint.json (every utterance).
+
 Usage: scripts/bench_endpoint.py [--out out/endpoint]   (a few minutes; real Whisper)
+       scripts/bench_endpoint.py --report-only out/endpoint   (the report again from its
+       endpoint.json; runs nothing)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -61,6 +67,7 @@ from pipeline.mic import (  # noqa: E402
     UtteranceSegmenter,
 )
 from pipeline.prosody import ProsodyCue, final_cue  # noqa: E402
+from services.endpoint_chart import EndpointPoint, draw  # noqa: E402
 
 # (first part, second part). Tune split: the corpus the rules were written against.
 TUNE_PAUSED = [
@@ -366,18 +373,25 @@ def conditions() -> list[Condition]:
     return out
 
 
+def quantile_ms(values: list[float], q: float) -> float | None:
+    return values[min(len(values) - 1, int(len(values) * q))] if values else None
+
+
 def quantile(values: list[float], q: float) -> str:
-    return f"{values[min(len(values) - 1, int(len(values) * q))]:.0f}" if values else "-"
+    v = quantile_ms(values, q)
+    return "-" if v is None else f"{v:.0f}"
+
+
+def waits(rs: list[dict[str, object]]) -> list[float]:
+    """Sorted endpoint waits (ms), false endpoints left out."""
+    return sorted(float(r["endpoint_wait_ms"]) for r in rs  # type: ignore[arg-type]
+                  if r["endpoint_wait_ms"] is not None and not r["false_endpoint"])
 
 
 def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
     lines = ["| endpoint | false: separate | false: ssml | false: both "
              "| false where part 1 could end | wait p50 / p95 (whole) | wait p95 (all) |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-
-    def waits(rs: list[dict[str, object]]) -> list[float]:
-        return sorted(float(r["endpoint_wait_ms"]) for r in rs  # type: ignore[arg-type]
-                      if r["endpoint_wait_ms"] is not None and not r["false_endpoint"])
 
     def rate(rs: list[dict[str, object]]) -> str:
         false = sum(bool(r["false_endpoint"]) for r in rs)
@@ -396,10 +410,85 @@ def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
     return "\n".join(lines)
 
 
+HELD = re.compile(r"the default, held until the reply is ready (\d+) ms")
+COMPLETE = re.compile(r"--complete-ms (\d+), held until the reply is ready (\d+) ms")
+POLICY = re.compile(r"policy (\d+)/(\d+)/\d+, text( only| \+ confidence)"
+                    r"(?: \+ pitch \((-?[\d.]+) st\))?")
+
+
+def point(label: str, false_pct: float, wait_ms: float | None) -> EndpointPoint:
+    """The chart's point for a condition, its tag and series read back from its label (so
+    that --report-only can draw an endpoint.json written before)."""
+    tag, series = label, None
+    if m := re.match(r"fixed (\d+) ms", label):
+        tag = f"fixed {m[1]}"
+    elif m := HELD.match(label):
+        tag, series = f"held {m[1]}", "the default, end held until the reply is ready N ms"
+    elif m := COMPLETE.match(label):
+        tag = f"complete {m[1]}"
+        series = f"--complete-ms N, end held until the reply is ready {m[2]} ms"
+    elif m := POLICY.match(label):
+        cues = "text" if m[3] == " only" else "+conf" if m[4] is None else f"+pitch {m[4]}"
+        tag = f"{m[1]}/{m[2]} {cues}"
+    shipped = label.endswith("(the default)")
+    if shipped or label.endswith("(the old default)"):
+        tag += " (default)" if shipped else " (old default)"
+    return EndpointPoint(label, tag, false_pct, wait_ms, series, highlight=shipped)
+
+
+def summary(results: dict[str, list[dict[str, object]]], split: str
+            ) -> list[EndpointPoint]:
+    """Per condition: false endpoints (% of the paused utterances) and the p50 wait on whole
+    questions, as the table's "false: both" and "wait p50 (whole)" columns."""
+    out = []
+    for label, rows in results.items():
+        rows = [r for r in rows if r["split"] == split]
+        paused = [r for r in rows if r["variant"] in ("separate", "ssml")]
+        false_pct = 100 * sum(bool(r["false_endpoint"]) for r in paused) / max(1, len(paused))
+        wait = quantile_ms(waits([r for r in rows if r["variant"] == "whole"]), 0.5)
+        out.append(point(label, false_pct, wait))
+    return out
+
+
+def write_report(out: Path, counts: dict[str, dict[str, int]],
+                 results: dict[str, list[dict[str, object]]]) -> str:
+    """endpoint.md and endpoint.png in ``out`` from a run's results; returns the markdown."""
+    t = counts["test"]
+    draw(summary(results, "test"), out / "endpoint.png",
+         title=f"Test split: {t['separate'] + t['ssml']} paused utterances, {t['whole']} whole "
+         "questions; down and left is better")
+    report = (
+        "# Endpoint policy vs fixed silences\n\n"
+        "![false endpoints against the wait after the last word, test split](endpoint.png)"
+        "\n\n"
+        f"## Test split (held out: {t['separate']} paused sentences x 2 variants, "
+        f"{t['whole']} whole; {len(TEST_VOICES)} espeak-ng voices)\n\n"
+        f"{table(results, 'test')}\n\n"
+        "## Tune split (the sentences the rules and thresholds were chosen on)\n\n"
+        f"{table(results, 'tune')}\n\n"
+        "false: paused utterances ended before their last word (separate: fragments said as "
+        "two utterances; ssml: one utterance with a break). Waits in ms after the real last "
+        "word, false endpoints left out. Policy labels: complete/default/incomplete ms. "
+        "The picture: x the wait p50 (whole), y false: both, of the test split.\n")
+    (out / "endpoint.md").write_text(report)
+    return report
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "endpoint")
+    ap.add_argument("--report-only", type=Path, metavar="DIR",
+                    help="write endpoint.md and endpoint.png again from DIR/endpoint.json "
+                    "(a finished run), run nothing")
     args = ap.parse_args()
+    if args.report_only is not None:
+        saved = args.report_only / "endpoint.json"
+        if not saved.is_file():
+            ap.error(f"--report-only: no {saved}")
+        data = json.loads(saved.read_text())
+        print(write_report(args.report_only, data["corpus"], data["results"]))
+        print(f"report: {args.report_only / 'endpoint.md'} (picture: endpoint.png)")
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
 
     from pipeline.asr import WhisperAsr
@@ -422,20 +511,9 @@ def main() -> int:
 
     (args.out / "endpoint.json").write_text(json.dumps(
         {"corpus": counts, "results": results}, indent=2) + "\n")
-    t = counts["test"]
-    report = (
-        "# Endpoint policy vs fixed silences\n\n"
-        f"## Test split (held out: {t['separate']} paused sentences x 2 variants, "
-        f"{t['whole']} whole; {len(TEST_VOICES)} espeak-ng voices)\n\n"
-        f"{table(results, 'test')}\n\n"
-        "## Tune split (the sentences the rules and thresholds were chosen on)\n\n"
-        f"{table(results, 'tune')}\n\n"
-        "false: paused utterances ended before their last word (separate: fragments said as "
-        "two utterances; ssml: one utterance with a break). Waits in ms after the real last "
-        "word, false endpoints left out. Policy labels: complete/default/incomplete ms.\n")
-    (args.out / "endpoint.md").write_text(report)
-    print(report)
-    print(f"report: {args.out / 'endpoint.md'} (every utterance: endpoint.json)")
+    print(write_report(args.out, counts, results))
+    print(f"report: {args.out / 'endpoint.md'} (picture: endpoint.png; every utterance: "
+          "endpoint.json)")
     return 0
 
 
