@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import statistics
 import sys
 import time
@@ -38,17 +37,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from pipeline.metrics import pct  # noqa: E402
+from services.server_check import free_port  # noqa: E402
 
 METRICS = ("asr_ms", "ttft_ms", "first_sentence_ms", "tts_first_ms", "first_audio_ms",
            "overhead_ms")
 CONDITIONS = ("local", "local-as-servers", "wyoming")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def turns(args: argparse.Namespace, wavs: list[Path], engines: dict[str, Any],

@@ -36,15 +36,9 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from pipeline.metrics import pct  # noqa: E402
+from services.server_check import free_port  # noqa: E402
 
 SAMPLES = sorted((ROOT / "samples").glob("*.wav"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def proc_stats(pid: int | None) -> dict[str, Any]:

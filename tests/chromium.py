@@ -9,7 +9,6 @@ import base64
 import contextlib
 import itertools
 import json
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,12 +16,7 @@ from typing import Any
 
 import aiohttp
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from services.server_check import free_port  # scripts/bench_page.py takes it from here
 
 
 class Cdp:

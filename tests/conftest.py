@@ -10,12 +10,13 @@ installed (run scripts/setup).
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from services.server_check import free_port
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,6 @@ class RunningLlamaServer:
     url: str
     log_path: Path
     pid: int
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +41,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLl
     for attempt in range(3):
         # Another test run on this shared machine may grab the port between the probe and
         # the server's bind; that shows up as "exited while loading", so try another port.
-        options = ServerOptions(port=_free_port(), threads=2, parallel=1, ctx=4096)
+        options = ServerOptions(port=free_port(), threads=2, parallel=1, ctx=4096)
         try:
             info = server.start(options, quiet=True)
             break

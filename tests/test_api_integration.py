@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from conftest import _free_port
 from test_web import FakeAsr, FakeTts
 
 from pipeline.llm_client import LlmClient
 from services.assistant import Assistant
+from services.server_check import free_port
 from services.web import create_app
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ def two_slot_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     except UserError as e:
         pytest.skip(f"real llama-server not available: {e}")
     server = LlamaServer(Path(tmp_path_factory.mktemp("two-slot-state")))
-    info = server.start(ServerOptions(port=_free_port(), parallel=2, ctx=4096), quiet=True)
+    info = server.start(ServerOptions(port=free_port(), parallel=2, ctx=4096), quiet=True)
     try:
         yield info
     finally:

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from conftest import _free_port
 from test_web import FakeAsr, FakeTts
 
 from pipeline.llm_client import LlmClient
 from services.assistant import Assistant
+from services.server_check import free_port
 from services.supervisor import SharedCheck, Supervisor
 from services.web import STATE, create_app
 
@@ -76,7 +76,7 @@ async def test_a_server_that_answers_is_not_counted_as_restarted() -> None:
 
 async def test_a_failed_turn_in_serve_runs_the_check_and_metrics_count_the_restart(
         caplog: pytest.LogCaptureFixture) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens: every turn fails
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every turn fails
     llm = LlmClient(dead)
     await llm.__aenter__()
     stand_in = StandIn()
@@ -111,7 +111,7 @@ def managed_server(tmp_path: Path) -> Any:
     except UserError as e:
         pytest.skip(f"real llama-server not available: {e}")
     server = LlamaServer(tmp_path / "state")
-    info = server.start(ServerOptions(port=_free_port(), parallel=2, ctx=4096), quiet=True)
+    info = server.start(ServerOptions(port=free_port(), parallel=2, ctx=4096), quiet=True)
     try:
         yield server, info
     finally:

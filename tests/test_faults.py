@@ -166,11 +166,10 @@ def test_llama_server_killed_mid_reply_is_named_restarted_and_the_next_turn_work
         tmp_path: Path) -> None:
     """The real server, started by the replay itself (managed, its child), SIGKILLed by pid
     while it streams turn 1; turn 2 must be answered by the restarted server."""
-    from conftest import _free_port
-
     from services import models
     from services.errors import UserError
     from services.llama_server import LlamaServer
+    from services.server_check import free_port
 
     try:
         models.llama_server_binary()
@@ -179,7 +178,7 @@ def test_llama_server_killed_mid_reply_is_named_restarted_and_the_next_turn_work
         pytest.skip(f"real llama-server not available: {e}")
     state = tmp_path / "state"
     events, out = tmp_path / "events.jsonl", tmp_path / "replay.json"
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     proc = _replay(str(SAMPLES / "02_bicycle_history.wav"), str(SAMPLES / "03_sky_blue.wav"),
                    "--llm-url", url, "--max-sentences", "0", "--max-tokens", "400",
                    "--events", str(events), "--json", str(out), tmp_path=tmp_path)
@@ -300,19 +299,18 @@ def test_trim_never_drops_the_system_prompt() -> None:
 @pytest.fixture
 def small_context_server(tmp_path: Path):
     """A real llama-server of our own with ``-c 2048`` (the shared fixture has 4096)."""
-    from conftest import _free_port
-
     from services import models
     from services.errors import UserError
     from services.find_server import managed_server
     from services.llama_server import ServerOptions
+    from services.server_check import free_port
 
     try:
         models.llama_server_binary()
         models.llm_model()
     except UserError as e:
         pytest.skip(f"real llama-server not available: {e}")
-    with managed_server(ServerOptions(port=_free_port(), ctx=2048),
+    with managed_server(ServerOptions(port=free_port(), ctx=2048),
                         tmp_path / "state-2048") as info:
         yield info.url
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pipeline.conversation import Conversation
 from pipeline.llm_caps import NOT_REPORTED, NOT_VERIFIABLE
 from pipeline.llm_client import ChatOptions, LlmClient
 from pipeline.turn import TurnConfig, TurnRunner
+from services.server_check import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "plain_openai.py"
@@ -34,13 +34,6 @@ def test_help_says_what_it_is() -> None:
                           text=True, timeout=60)
     assert proc.returncode == 0
     assert "--upstream" in proc.stdout and "extras hidden" in proc.stdout
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _status(url: str) -> int | None:
@@ -56,7 +49,7 @@ def _status(url: str) -> int | None:
 @pytest.fixture(scope="module")
 def plain(llama_server) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """The proxy as a process (the real script), in front of the real llama-server."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "--upstream", llama_server.url,
                              "--port", str(port)], stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"

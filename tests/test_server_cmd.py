@@ -24,6 +24,7 @@ from services import cli, models
 from services.errors import UserError
 from services.find_server import ensure_server, server_log_path
 from services.llama_server import LlamaServer
+from services.server_check import free_port
 
 FAKE_SERVER = textwrap.dedent('''\
     #!{python}
@@ -89,13 +90,6 @@ FAILING_SERVER = textwrap.dedent("""\
     echo "error: failed to load model" >&2
     exit 1
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -131,11 +131,10 @@ def test_talk_restarts_a_killed_server_and_answers_the_next_question(pulse, tmp_
     """llama-server started by talk itself (managed, its child) is SIGKILLed by pid while it
     streams the first reply: talk names the signal in one line, restarts it, and the next
     question is answered (issue 12, supervision in talk as in replay)."""
-    from conftest import _free_port
-
     from services import models
     from services.errors import UserError
     from services.llama_server import LlamaServer
+    from services.server_check import free_port
 
     try:
         models.llama_server_binary()
@@ -144,7 +143,7 @@ def test_talk_restarts_a_killed_server_and_answers_the_next_question(pulse, tmp_
         pytest.skip(f"real llama-server not available: {e}")
     events_path, state = tmp_path / "events.jsonl", tmp_path / "state"
     env = {**pulse, "VOICE_LLM_STATE": str(state)}
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     talk = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "talk", "--llm-url", url, "--input-device",
          "pulse", "--output-device", "pulse", "--events", str(events_path),

@@ -29,7 +29,6 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from conftest import _free_port
 from test_web_browser import SAMPLES, Cdp, chromium, chromium_bin, free_port
 
 from services.web import create_app
@@ -61,7 +60,7 @@ def three_slot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
     except UserError as e:
         pytest.skip(f"real llama-server not available: {e}")
     server = LlamaServer(Path(tmp_path_factory.mktemp("three-slot-state")))
-    info = server.start(ServerOptions(port=_free_port(), parallel=SLOTS, ctx=2048 * SLOTS),
+    info = server.start(ServerOptions(port=free_port(), parallel=SLOTS, ctx=2048 * SLOTS),
                         quiet=True)
     try:
         yield info

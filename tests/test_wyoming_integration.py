@@ -19,24 +19,16 @@ from pipeline.heard import INTERRUPTED_MARK
 from pipeline.tts import SynthesisAborted
 from pipeline.wyoming_tts import WyomingTts
 from services.engines import Engine, speech_servers
+from services.server_check import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engine]]:
-    with speech_servers(_free_port(), _free_port(),
+    with speech_servers(free_port(), free_port(),
                         log_dir=tmp_path_factory.mktemp("wyoming")) as engines:
         yield engines
 
