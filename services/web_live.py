@@ -1,10 +1,18 @@
 """Speculative start and the listening endpoint for one browser conversation.
 
 The page cuts its own utterances (services/static/endpointer.js). Hands-free, it also says
-when the user pauses (``audio.pause``: 200 ms of silence inside an utterance) and when the
-voice comes back (``audio.resume``). This is ``pipeline/live.py``'s turn-taking (``talk``)
-for a page that sends those cuts instead of a live frame stream:
+when the user pauses (``audio.pause``: 200 ms of silence inside an utterance), when the
+silence before it began (``audio.gap``: 100 ms) and when the voice comes back
+(``audio.resume``). This is ``pipeline/live.py``'s turn-taking (``talk``) for a page that
+sends those cuts instead of a live frame stream:
 
+0. At a gap Whisper and the pitch cue start on the audio so far, in threads
+   (``PageGap``, services/web_gap.py, as ``talk`` starts ``EarlyTranscript`` at its
+   ``SpeechGap``), where a pause now would speculate and no earlier one still runs. The
+   pause that follows takes that transcript when its ``voiced_ms`` is the gap's (nothing
+   voiced in between); its turn then waits for it instead of running Whisper
+   (``TurnRunner.run(early=...)``, ``asr.start`` with ``early_ms``). Otherwise, or with no
+   pause, it is dropped unused.
 1. At a pause a turn starts on the audio so far with playback gated
    (``TurnRunner.run(confirmed=...)``): Whisper, the LLM request and the first sentence's
    TTS run, no audio reaches the page. The page is told to ``hold`` its end: nothing could
@@ -33,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +52,7 @@ from pipeline.events import Event, EventName
 from pipeline.live import judge_endpoint
 from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.tasks import TaskSet
+from services.web_gap import GapStart, PageGap
 
 if TYPE_CHECKING:
     from pipeline.turn import TurnResult, TurnRunner
@@ -57,6 +67,9 @@ class UtteranceSpeculation:
 
     pauses: int = 0  # audio.pause messages
     started: int = 0  # speculative turns started on them
+    gaps: int = 0  # audio.gap messages
+    early_asr_started: int = 0  # transcriptions started on them (services/web_gap.py)
+    early_asr_used: int = 0  # ...that a speculative turn took instead of running Whisper
     cancelled: int = 0  # abandoned because speech resumed (or the utterance was dropped)
     state: str | None = None  # how the answering turn came about: confirmed / fresh
     decision: EndpointDecision | None = None  # the last endpoint told to the page
@@ -65,7 +78,9 @@ class UtteranceSpeculation:
     def to_dict(self) -> dict[str, Any]:
         d = self.decision
         return {"pauses": self.pauses, "started": self.started, "cancelled": self.cancelled,
-                "state": self.state, "wait_ms": d.wait_ms if d else None,
+                "gaps": self.gaps, "early_asr_started": self.early_asr_started,
+                "early_asr_used": self.early_asr_used, "state": self.state,
+                "wait_ms": d.wait_ms if d else None,
                 "reason": str(d.reason) if d else None, "endpoint_ms": self.endpoint_ms}
 
 
@@ -85,6 +100,7 @@ class Speculation:
     held: bool = False  # the page was told to hold its end and not yet that it is ready
     turn: int | None = None  # its turn number, from speculation.start
     cue: asyncio.Future[ProsodyCue] | None = None  # the pitch at the pause, in a thread
+    gap: PageGap | None = None  # Whisper on these words, started at the gap before it
 
     @property
     def live(self) -> bool:
@@ -100,23 +116,52 @@ class PageSpeculator:
         self.policy = policy or EndpointPolicy()
         self.current: Speculation | None = None  # of the open utterance
         self.running: Speculation | None = None  # whose turn TurnRunner runs now
+        self.gap: PageGap | None = None  # started in the open utterance's current silence
+        self.last_gap: PageGap | None = None  # the last one started (one runs at a time)
         self.tasks = TaskSet("page-speculation")
 
     # -- the page's messages ----------------------------------------------------------------
+    def may_speculate(self, free: bool) -> bool:
+        """Would a pause now start a speculation? ``free``: no other turn runs or waits (an
+        abandoned one finishing its hang-up does not count)."""
+        return self.enabled and free and (self.current is None or not self.current.live)
+
+    def gap_in(self, utterance: UtteranceSpeculation, voiced_ms: float, silence_ms: float,
+               decode: Callable[[], np.ndarray], free: bool) -> bool:
+        """A gap in the open utterance (``decode``: its audio so far, blocking): True if
+        Whisper starts on it, when a pause now would speculate and no other early
+        transcription still runs (CTranslate2 would queue it in front of the pause's turn)."""
+        utterance.gaps += 1
+        self.gap = None  # an older one is about fewer words
+        last = self.last_gap
+        if not self.may_speculate(free) or (last is not None and last.running):
+            return False
+        self.gap = self.last_gap = PageGap.start(utterance, voiced_ms, silence_ms, decode,
+                                                 self.runner.recognize, self.tasks.spawn)
+        utterance.early_asr_started += 1
+        return True
+
     def pause(self, utterance: UtteranceSpeculation, input_id: str | None, pause: int,
-              silence_ms: float, free: bool) -> Speculation | None:
-        """A pause in the open utterance: the speculation to run, or None. ``free``: no
-        other turn runs or waits (an abandoned one finishing its hang-up does not count)."""
+              silence_ms: float, free: bool,
+              voiced_ms: float | None = None) -> Speculation | None:
+        """A pause in the open utterance: the speculation to run, or None. It takes the
+        transcript started at the gap before it if ``voiced_ms`` says nothing was voiced
+        since (else that one is dropped)."""
         utterance.pauses += 1
-        if not self.enabled or not free or (self.current is not None and self.current.live):
+        gap, self.gap = self.gap, None
+        if not self.may_speculate(free):
             return None
         spec = Speculation(utterance, input_id, pause, silence_ms, time.monotonic())
+        if gap is not None and gap.matches(utterance, voiced_ms):
+            spec.gap = gap
+            utterance.early_asr_used += 1
         self.current = spec
         utterance.started += 1
         return spec
 
     def resume(self, reason: str) -> None:
         """The voice came back (or the utterance was dropped): abandon the speculation."""
+        self.gap = None
         spec, self.current = self.current, None
         if spec is None or not spec.live:
             return
@@ -145,13 +190,21 @@ class PageSpeculator:
         return spec is not None and not spec.confirmed.is_set()
 
     # -- the turn ---------------------------------------------------------------------------
-    def started(self, spec: Speculation, audio: np.ndarray) -> bool:
-        """Its turn is about to run on ``audio``: False if it was dropped meanwhile."""
+    async def early(self, spec: Speculation) -> GapStart | None:
+        """The transcription its gap started, if it has one (waited for only as long as
+        the gap's audio takes to decode)."""
+        return await spec.gap.started() if spec.gap is not None else None
+
+    def started(self, spec: Speculation, audio: np.ndarray,
+                early: GapStart | None = None) -> bool:
+        """Its turn is about to run on ``audio`` (Whisper and the pitch already running
+        since the gap with ``early``): False if it was dropped meanwhile."""
         if spec.cancelled:
             return False
         spec.running = True
         self.running = spec
-        spec.cue = asyncio.ensure_future(asyncio.to_thread(final_cue, audio))
+        spec.cue = (early.cue if early is not None
+                    else asyncio.ensure_future(asyncio.to_thread(final_cue, audio)))
         if not spec.confirmed.is_set():  # the page has not ended the utterance yet
             spec.held = True
             self.outbox.json({"type": "hold", "input_id": spec.input_id, "pause": spec.pause})
@@ -216,4 +269,5 @@ class PageSpeculator:
 
     async def close(self) -> None:
         self.resume("conversation ended")
+        self.last_gap = None
         await self.tasks.cancel_all()

@@ -6,9 +6,14 @@ Messages from the browser (JSON text frames unless noted)::
      "input_id": "c1"}
     <binary>                                        PCM frames of the open utterance, or a
                                                     whole WAV file (starts with RIFF)
+    {"type": "audio.gap", "silence_ms": S,          hands-free: a short silence (S ms) in the
+     "voiced_ms": V}                                open utterance after V ms of voice:
+                                                    Whisper starts on the audio so far
     {"type": "audio.pause", "pause": N,             hands-free: the open utterance's N-th
-     "silence_ms": S}                               pause (S ms of silence so far): a
-                                                    speculative turn starts on the audio so far
+     "silence_ms": S, "voiced_ms": V}               pause (S ms of silence so far): a
+                                                    speculative turn starts on the audio so
+                                                    far (with the gap's transcript if V is
+                                                    the gap's: nothing voiced in between)
     {"type": "audio.resume", "pause": N,            the voice came back after pause N: that
      "silence_ms": S}                               speculation is abandoned
     {"type": "audio.end", "trailing_silence_ms": N} the user stopped: run the turn (N: the
@@ -43,7 +48,8 @@ per second, and an utterance they belonged to is dropped whole.
 A new utterance while the assistant is still busy is a barge-in: it goes through
 ``BargeIn`` (the single decider), then the new turn runs once the old one has hung up.
 
-Pauses, the endpoint and confirming or abandoning a speculation: services/web_live.py.
+Pauses, the endpoint and confirming or abandoning a speculation: services/web_live.py;
+Whisper from the gap: services/web_gap.py.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ import time
 import wave
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -257,7 +264,8 @@ class BrowserSession:
         if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
             raise ProtocolError("malformed message: expected a JSON object with a \"type\"")
         handler = {"audio.begin": self.on_audio_begin, "audio.end": self.on_audio_end,
-                   "audio.pause": self.on_audio_pause, "audio.resume": self.on_audio_resume,
+                   "audio.gap": self.on_audio_gap, "audio.pause": self.on_audio_pause,
+                   "audio.resume": self.on_audio_resume,
                    "audio.cancel": self.on_audio_cancel, "interrupt": self.on_interrupt,
                    "text": self.on_typed, "reset": self.on_reset}.get(msg["type"])
         if handler is None:
@@ -273,6 +281,21 @@ class BrowserSession:
         self.speculator.resume("a new utterance began")  # the last one never ended
         self.utterance = Utterance(rate, limit, input_id(msg))
 
+    def free(self) -> bool:
+        """No other turn runs or waits: one that does is answered first (an abandoned
+        speculation finishing its hang-up does not count; the next queues behind it)."""
+        return self.waiting == 0 and (not self.runner.busy or self.runner.abandoning)
+
+    def on_audio_gap(self, msg: dict[str, Any]) -> None:
+        utt = self.open_utterance(msg)
+        silence = self.silence_ms(msg, "audio.gap", "silence_ms", utt.input_id)
+        voiced = self.silence_ms(msg, "audio.gap", "voiced_ms", utt.input_id)
+        if utt.overflowed or not utt.pcm:
+            return
+        self.speculator.gap_in(utt.speculation, voiced, silence,
+                               partial(decode_pcm16, bytes(utt.pcm), utt.sample_rate),
+                               self.free())
+
     def on_audio_pause(self, msg: dict[str, Any]) -> None:
         utt = self.open_utterance(msg)
         pause = msg.get("pause")
@@ -280,12 +303,13 @@ class BrowserSession:
             raise ProtocolError(f"audio.pause: pause must be an integer >= 1, not {pause!r}",
                                 utt.input_id)
         silence = self.silence_ms(msg, "audio.pause", "silence_ms", utt.input_id)
+        # Optional (the gap's words, if the same): a page without gaps need not send it.
+        voiced = (self.silence_ms(msg, "audio.pause", "voiced_ms", utt.input_id)
+                  if "voiced_ms" in msg else None)
         if utt.overflowed or not utt.pcm:
             return
-        # Not over another turn: one running or waiting is answered first (an abandoned
-        # speculation finishing its hang-up does not count; this one queues behind it).
-        free = self.waiting == 0 and (not self.runner.busy or self.runner.abandoning)
-        spec = self.speculator.pause(utt.speculation, utt.input_id, pause, silence, free)
+        spec = self.speculator.pause(utt.speculation, utt.input_id, pause, silence,
+                                     self.free(), voiced)
         if spec is not None:
             self.inputs.put_nowait(TurnInput(spec.t0, pcm=bytes(utt.pcm),
                                              sample_rate=utt.sample_rate,
@@ -304,7 +328,8 @@ class BrowserSession:
 
     def silence_ms(self, msg: dict[str, Any], kind: str, key: str,
                    given: str | None) -> float:
-        """A silence the page measured, in ms: a number within the utterance limit."""
+        """A silence (or voice) the page measured, in ms: a number within the utterance
+        limit."""
         value = msg.get(key, 0)
         if not isinstance(value, int | float) or isinstance(value, bool) \
                 or not 0 <= value <= self.limits.max_utterance_s * 1000:
@@ -447,22 +472,25 @@ class BrowserSession:
             elif not await self.claim_slot(turn_input.input_id):
                 return None
         confirmed = None
+        early = None
         if spec is not None:
             assert audio is not None
-            if not self.speculator.started(spec, audio):
+            begun = await self.speculator.early(spec)
+            if not self.speculator.started(spec, audio, begun):
                 return None  # speech resumed before it could start
             confirmed = spec.confirmed
+            early = begun.transcript if begun is not None else None
         if self.pool is None:
             return await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
                                          speech_end_ms=turn_input.speech_end_ms,
-                                         confirmed=confirmed)
+                                         confirmed=confirmed, early=early)
         base = self.runner.config
         self.runner.config = dataclasses.replace(base, id_slot=self.lease.slot)
         self.pool.begin(self.lease)
         try:
             return await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
                                          speech_end_ms=turn_input.speech_end_ms,
-                                         confirmed=confirmed)
+                                         confirmed=confirmed, early=early)
         finally:
             self.runner.config = base
             self.pool.end(self.lease)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 import wave
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -44,9 +45,11 @@ class FakeAsr:
 
     def __init__(self) -> None:
         self.heard: list[int] = []  # samples of every utterance it was given
+        self.seconds = 0.0  # how long each transcription takes (blocking, in its thread)
 
     def transcribe(self, audio: np.ndarray) -> str:
         self.heard.append(len(audio))
+        time.sleep(self.seconds)
         return self.text if np.any(audio) else ""  # silence: nothing heard
 
 
@@ -340,6 +343,7 @@ async def test_ws_audio_turn_gives_a_transcript(web_app: Web) -> None:
     ('{"type": "dance"}', "unknown message type 'dance'"),
     ('{"type": "audio.end"}', "audio.end without audio.begin"),
     ('{"type": "audio.pause", "pause": 1}', "audio.pause without audio.begin"),
+    ('{"type": "audio.gap", "voiced_ms": 300}', "audio.gap without audio.begin"),
     ('{"type": "audio.resume"}', "audio.resume without audio.begin"),
     ('{"type": "audio.begin", "sample_rate": "fast"}', "audio.begin: sample_rate must be"),
     ('{"type": "text", "text": "   "}', "text: \"text\" must be a non-empty string"),
@@ -588,6 +592,7 @@ async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web)
     result = got.of("turn.result")[0]
     assert result["turn"] == 1 and result["reply"] == REPLY and not result["abandoned"]
     assert result["speculation"] == {"pauses": 1, "started": 1, "cancelled": 0,
+                                     "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
                                      "state": "confirmed", "wait_ms": 500,
                                      "reason": "question", "endpoint_ms": 500.0}
     # t = 0 is the pause: the endpoint span runs from the last voiced sound to the
@@ -693,6 +698,7 @@ async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio
     assert first["speculation"]["state"] == "cancelled"
     assert fresh["turn"] == 2 and fresh["reply"] == REPLY and fresh["input_id"] == "c1"
     assert fresh["speculation"] == {"pauses": 1, "started": 1, "cancelled": 1,
+                                    "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
                                     "state": None, "wait_ms": 500, "reason": "question",
                                     "endpoint_ms": None}
     assert web_app.asr.heard[-1] == 4000 + 3200 + 4000
@@ -729,6 +735,7 @@ async def test_ws_no_pause_speculates_while_another_turn_runs(web_app: Web) -> N
     first = await receive_until(ws, event_named("playback.start"))
     await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c2"})
     await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 250})
     await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
     web_app.tts.seconds = 0.1
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
@@ -738,6 +745,10 @@ async def test_ws_no_pause_speculates_while_another_turn_runs(web_app: Web) -> N
     interrupted, answer = got.of("turn.result")
     assert interrupted["interrupted"] and answer["input_id"] == "c2"
     assert answer["speculation"]["pauses"] == 1 and answer["speculation"]["started"] == 0
+    # nor does a gap start Whisper: one transcription, the answer's
+    assert answer["speculation"]["gaps"] == 1
+    assert answer["speculation"]["early_asr_started"] == 0
+    assert web_app.asr.heard == [4000 + 3200]
     await ws.close()
 
 
@@ -748,6 +759,7 @@ async def test_ws_no_speculate_keeps_the_turn_for_the_end(web_app: Web) -> None:
     assert hello.of("hello")[0]["speculate"] is False
     await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
     await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 250})
     await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
     await send_pcm(ws, SILENCE * 2)
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
@@ -757,6 +769,7 @@ async def test_ws_no_speculate_keeps_the_turn_for_the_end(web_app: Web) -> None:
     result = got.of("turn.result")[0]
     assert result["turn"] == 1 and result["reply"] == REPLY
     assert result["speculation"]["started"] == 0
+    assert result["speculation"]["early_asr_started"] == 0  # no Whisper at the gap either
     assert result["timeline"]["spans"]["endpoint"] == [[-0.7, 0.0]]
     assert web_app.asr.heard == [4000 + 3 * 3200]  # one turn, on the whole utterance
     await ws.close()
@@ -767,6 +780,10 @@ async def test_ws_no_speculate_keeps_the_turn_for_the_end(web_app: Web) -> None:
     ({"type": "audio.pause", "pause": 1, "silence_ms": "x"},
      "audio.pause: silence_ms must be a number"),
     ({"type": "audio.resume", "silence_ms": -1}, "audio.resume: silence_ms must be a number"),
+    ({"type": "audio.gap", "silence_ms": 100, "voiced_ms": "x"},
+     "audio.gap: voiced_ms must be a number"),
+    ({"type": "audio.pause", "pause": 1, "voiced_ms": -3},
+     "audio.pause: voiced_ms must be a number"),
 ])
 async def test_ws_bad_pause_messages_get_one_line(web_app: Web, message: dict[str, Any],
                                                   expected: str) -> None:
@@ -778,6 +795,116 @@ async def test_ws_bad_pause_messages_get_one_line(web_app: Web, message: dict[st
     assert error["message"].startswith(expected) and error["input_id"] == "c1"
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
     assert (await receive_until(ws, is_result)).of("turn.result")[0]["error"] is None
+    await ws.close()
+
+
+# --- Whisper from the gap (services/web_gap.py) ------------------------------------------
+GAP = SILENCE[:3200]  # 100 ms
+
+
+def asr_start(got: Received) -> list[dict[str, Any]]:
+    return [m["event"] for m in got.messages if event_named("asr.start")(m)]
+
+
+async def test_ws_a_gap_starts_whisper_and_the_pause_takes_its_transcript(
+        web_app: Web) -> None:
+    web_app.asr.seconds = 0.15  # still running at the pause: the turn waits for it
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, VOICE + GAP)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 1000})
+    await asyncio.sleep(0.1)  # the page's next 100 ms of silence
+    await send_pcm(ws, GAP)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200,
+                        "voiced_ms": 1000})
+    got = await receive_until(ws, is_endpoint)
+    # Whisper ran once, on the audio up to the gap; the turn waited for that transcript.
+    assert web_app.asr.heard == [16000 + 1600]
+    (start,) = asr_start(got)
+    assert start["audio_s"] == 1.1 and 50 <= start["early_ms"] < 1000
+    assert got.of("transcript")[0]["text"] == FakeAsr.text
+    assert got.of("endpoint")[0]["reason"] == "question"
+    await send_pcm(ws, SILENCE + SILENCE[:1600])
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
+    got = await receive_until(ws, is_result, into=got)
+    result = got.of("turn.result")[0]
+    assert result["reply"] == REPLY and result["transcript"] == FakeAsr.text
+    spec = result["speculation"]
+    assert spec["state"] == "confirmed" and spec["gaps"] == 1
+    assert spec["early_asr_started"] == 1 and spec["early_asr_used"] == 1
+    assert web_app.asr.heard == [16000 + 1600]
+    await ws.close()
+
+
+async def test_ws_voice_between_the_gap_and_the_pause_drops_the_gaps_transcript(
+        web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF + GAP)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 250})
+    await asyncio.sleep(0.1)
+    # The voice came back before the pause (no message for that: the pause says it).
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200,
+                        "voiced_ms": 500})
+    got = await receive_until(ws, is_endpoint)
+    # The gap's transcription ran (on the first half) and was dropped; the turn ran its own
+    # on the whole audio.
+    assert web_app.asr.heard == [4000 + 1600, 2 * 4000 + 1600 + 3200]
+    (start,) = asr_start(got)
+    assert "early_ms" not in start and start["audio_s"] == 0.8
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
+    got = await receive_until(ws, is_result, into=got)
+    spec = got.of("turn.result")[0]["speculation"]
+    assert spec["state"] == "confirmed"
+    assert spec["early_asr_started"] == 1 and spec["early_asr_used"] == 0
+    await ws.close()
+
+
+async def test_ws_one_gap_transcription_runs_at_a_time(web_app: Web) -> None:
+    web_app.asr.seconds = 0.4
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF + GAP)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 250})
+    await send_pcm(ws, HALF + GAP)  # voice again, and the next gap while Whisper runs
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 500})
+    await send_pcm(ws, GAP)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200,
+                        "voiced_ms": 500})
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
+    got = await receive_until(ws, is_result)
+    spec = got.of("turn.result")[0]["speculation"]
+    assert spec["gaps"] == 2 and spec["early_asr_started"] == 1
+    assert spec["early_asr_used"] == 0  # the first gap's words are not the pause's
+    assert web_app.asr.heard == [4000 + 1600, 2 * (4000 + 1600) + 1600]
+    await ws.close()
+
+
+async def test_ws_a_gap_without_a_pause_changes_nothing(web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    # dropped with its utterance
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF + GAP)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 250})
+    await ws.send_json({"type": "audio.cancel"})
+    await asyncio.sleep(0.05)  # its transcription done (else the next gap starts none)
+    # an utterance ended without a pause (e.g. the page's own limit) is an ordinary turn
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c2"})
+    await send_pcm(ws, HALF + GAP)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 250})
+    await send_pcm(ws, GAP)
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 200})
+    got = await receive_until(ws, is_result)
+    result = got.of("turn.result")[0]
+    assert result["input_id"] == "c2" and result["reply"] == REPLY
+    assert result["error"] is None and result["speculation"]["state"] is None
+    assert "speculation.start" not in got.events() and not holds(got)
+    assert "early_ms" not in asr_start(got)[0]
+    assert result["speculation"]["gaps"] == 1
+    assert result["speculation"]["early_asr_started"] == 1
+    # two gaps' transcriptions (unused), and the turn's own on the whole utterance
+    assert sorted(web_app.asr.heard) == [4000 + 1600, 4000 + 1600, 4000 + 3200]
     await ws.close()
 
 

@@ -1,8 +1,8 @@
 // The microphone: 16 kHz capture through an AudioWorklet, 20 ms frames, an energy VAD that
 // cuts utterances (hands-free) or follows the push-to-talk button, and the PCM sent on.
-// Hands-free, the end of an utterance listens (endpointer.js): its pauses go to the server,
-// which speculates on them, answers with the silence that ends this utterance and holds the
-// end until its speculative reply is ready.
+// Hands-free, the end of an utterance listens (endpointer.js): its gaps and pauses go to the
+// server, which starts Whisper at a gap, speculates on a pause, answers with the silence
+// that ends this utterance and holds the end until its speculative reply is ready.
 // What an utterance means for the conversation is the caller's: see the hooks below.
 import { Endpointer } from "./endpointer.js";
 import { player } from "./player.js";
@@ -14,6 +14,7 @@ const VAD = {
   onsetFrames: 3,        // 60 ms above threshold: speech started
   bargeFrames: 5,        // while the assistant talks, demand 100 ms (echo / noise margin)
   hangoverMs: 700,       // this much silence ends the utterance, unless the server says
+  gapMs: 100,            // a gap this long is reported (the server starts Whisper on it)
   pauseMs: 200,          // a pause this long is reported (the server speculates on it)
   minSpeechMs: 250,      // shorter bursts (clicks, coughs) are not turns
   preRollMs: 300,        // sent before the onset so the first syllable is not clipped
@@ -36,7 +37,7 @@ export const capture = {
   ctx: null, stream: null, rate: 16000, frameLen: 320, partial: [], partialLen: 0,
   preRoll: [], recording: false, aboveFrames: 0,
   frames: 0, floor: 0.004, threshold: VAD.minThreshold, startedAt: 0, inputId: null,
-  endpointer: new Endpointer({ frameMs: VAD.frameMs, pauseMs: VAD.pauseMs,
+  endpointer: new Endpointer({ frameMs: VAD.frameMs, gapMs: VAD.gapMs, pauseMs: VAD.pauseMs,
                                fallbackMs: VAD.hangoverMs, minSpeechMs: VAD.minSpeechMs }),
   // Hooks (set by app.js): send a message or PCM; an utterance began (the user may be
   // talking over the assistant); it ended (trailingMs: silence after it, null for
@@ -126,8 +127,9 @@ export const capture = {
       if (session.mode === "auto" && act && act.type === "end") this.end();
       else if (lengthMs > session.limits.max_utterance_s * 1000 - 500) this.end();
       else if (session.mode === "auto" && act) {
-        this.send({ ...act, input_id: this.inputId }); // audio.pause / audio.resume
+        this.send({ ...act, input_id: this.inputId }); // audio.gap / .pause / .resume
         if (act.type === "audio.pause") session.stats.pausesSent += 1;
+        if (act.type === "audio.gap") session.stats.gapsSent += 1;
       }
       return;
     }

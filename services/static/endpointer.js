@@ -1,7 +1,11 @@
 // Hands-free end of an utterance, one 20 ms frame at a time (pure: no DOM, no I/O, so
 // tests/test_web_endpointer.py runs it in node). capture.js feeds it whether each frame was
 // above the speech threshold and sends what it returns:
-//   {type: "audio.pause", pause: N, silence_ms}   after pauseMs of silence inside speech:
+//   {type: "audio.gap", silence_ms, voiced_ms}    after gapMs of silence inside speech:
+//                                                  the server starts Whisper on the audio so
+//                                                  far, for the pause that may follow
+//   {type: "audio.pause", pause: N, silence_ms, voiced_ms}
+//                                                  after pauseMs of silence inside speech:
 //                                                  the server speculates on the audio so far
 //   {type: "audio.resume", pause: N, silence_ms}  the voice came back: that speculation is off
 //   {type: "end", trailing_ms, endpoint_ms}       the silence reached the wait: end it
@@ -9,12 +13,16 @@
 // until one arrives (and after the voice comes back). While the server holds the end
 // (hold(): its speculative reply has no audio yet, so nothing could be played sooner) the
 // wait passing does not end the utterance, until ready() or heldMaxMs of silence.
-// Protocol: services/web_live.py.
+// voiced_ms (the voice heard in the utterance so far) names the words a gap or pause is
+// about: a pause with the gap's voiced_ms had nothing voiced since, so the server's
+// transcript from the gap is the pause's. Protocol: services/web_live.py.
 export class Endpointer {
-  constructor({ frameMs = 20, pauseMs = 200, fallbackMs = 700, minSpeechMs = 250,
+  // gapMs: 100 (five frames), the page's nearest to talk's 96 ms (three Silero windows);
+  // 0 sends no gaps.
+  constructor({ frameMs = 20, gapMs = 100, pauseMs = 200, fallbackMs = 700, minSpeechMs = 250,
                 heldMaxMs = 3000 } = {}) {
-    Object.assign(this, { frameMs, pauseMs, fallbackMs, minSpeechMs, heldMaxMs });
-    this.speculate = true; // false: no pause messages (push-to-talk, --no-speculate)
+    Object.assign(this, { frameMs, gapMs, pauseMs, fallbackMs, minSpeechMs, heldMaxMs });
+    this.speculate = true; // false: no gap or pause messages (push-to-talk, --no-speculate)
     this.reset();
   }
 
@@ -23,6 +31,7 @@ export class Endpointer {
     this.voicedFrames = voicedFrames;
     this.silentFrames = 0;
     this.pauses = 0; // pauses reported in this utterance
+    this.gapped = false; // the current silence was reported as a gap
     this.paused = false; // the current silence was reported as a pause
     this.waitMs = null; // the server's endpoint for that pause
     this.held = false; // the server holds the end until its reply is ready
@@ -38,6 +47,7 @@ export class Endpointer {
         ? { type: "audio.resume", pause: this.pauses, silence_ms: this.silenceMs } : null;
       this.voicedFrames += 1;
       this.silentFrames = 0;
+      this.gapped = false;
       this.paused = false;
       this.waitMs = null; // the endpoint judged the words up to that pause only
       this.held = false; // and the reply it held for is abandoned
@@ -48,11 +58,17 @@ export class Endpointer {
     if (this.silenceMs >= this.endAfterMs && !held) {
       return { type: "end", trailing_ms: this.silenceMs, endpoint_ms: this.waitMs };
     }
-    if (this.speculate && !this.paused && this.silenceMs >= this.pauseMs
-        && this.voicedMs >= this.minSpeechMs) { // a cough is not worth a turn
+    // A cough is not worth a turn (nor Whisper).
+    if (!this.speculate || this.voicedMs < this.minSpeechMs) return null;
+    if (!this.paused && this.silenceMs >= this.pauseMs) {
       this.paused = true;
       this.pauses += 1;
-      return { type: "audio.pause", pause: this.pauses, silence_ms: this.silenceMs };
+      return { type: "audio.pause", pause: this.pauses, silence_ms: this.silenceMs,
+               voiced_ms: this.voicedMs };
+    }
+    if (this.gapMs > 0 && !this.gapped && !this.paused && this.silenceMs >= this.gapMs) {
+      this.gapped = true; // once per silence; a gap reported once the pause is due is moot
+      return { type: "audio.gap", silence_ms: this.silenceMs, voiced_ms: this.voicedMs };
     }
     return null;
   }

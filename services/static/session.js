@@ -11,7 +11,7 @@ export const session = {
   pending: new Map(), // input id -> its turn's view, for inputs whose turn has not started
   limits: { max_utterance_s: 60, max_text_chars: 2000 },
   stats: { audioFrames: 0, samplesReceived: 0, samplesScheduled: 0, underruns: 0,
-           interruptsSent: 0, utterancesSent: 0, pausesSent: 0, endpointsUsed: 0,
+           interruptsSent: 0, utterancesSent: 0, gapsSent: 0, pausesSent: 0, endpointsUsed: 0,
            speculationsConfirmed: 0, speculationsDropped: 0, errors: [] },
   log: [],
 };
