@@ -193,6 +193,9 @@ def paused_counts(log: list[dict[str, Any]], span_s: float) -> dict[str, Any]:
                        if (r.get("speculation") or {}).get("state") == "dropped"),
         "holds": sum(1 for m in log if m.get("type") == "hold"),
         "readies": readies,
+        # the server's endpoint for each pause: why the page did (not) end there
+        "endpoints": [[m.get("pause"), m.get("wait_ms"), m.get("reason")]
+                      for m in log if m.get("type") == "endpoint"],
         "errors": sum(1 for m in log if m.get("type") == "error")
         + sum(1 for a in answered if a["error"]),
         "log_full": len(log) >= 500,  # the page keeps its last 500 messages
@@ -348,12 +351,14 @@ def paused_markdown(report: dict[str, Any]) -> str:
                        ("cancelled", "cancelled"),
                        ("cancelled, slot confirmed idle", "cancelled_idle"),
                        ("cancelled before the LLM request", "cancelled_unasked"),
-                       ("dropped", "dropped"), ("hold", "holds"), ("errors", "errors")]:
+                       ("dropped", "dropped"), ("hold", "holds")]:
         rows.append(f"| {label} | {c['on'][key]} | {c['off'][key]} |")
     rows.append(f"| ready (reason) | {readies('on')} | {readies('off')} |")
-    notes = ["\nFalse endpoints are judged on the audio: an answered turn's audio up to its "
-             "last voiced frame (`asr.start` audio_s less `turn.start` speech_end_ms) "
-             f"shorter than the question's voiced span less {COVER_SLACK_S} s."]
+    rows.append(f"| errors | {c['on']['errors']} | {c['off']['errors']} |")
+    notes = ["\nFalse endpoints are judged on the audio, not the words: an answered turn's "
+             "audio up to its last voiced frame (`asr.start` audio_s less the silence after "
+             "the voice: `turn.start` speech_end_ms, less `early_ms` when Whisper started at "
+             f"a gap) shorter than the question's voiced span less {COVER_SLACK_S} s."]
     unjudged = c["on"]["unjudged"] + c["off"]["unjudged"]
     if unjudged:
         notes.append(f" {unjudged} answered turns had no audio length to judge by.")

@@ -69,6 +69,8 @@ def test_a_cancelled_speculation_then_the_whole_question_is_no_false_endpoint() 
            *turn(1, 1.65, 200, "speculation.start", "llm.request", "speculation.cancelled",
                  "server.slot_idle", state="cancelled", transcript="Can you tell me about the"),
            {"type": "hold", "input_id": "c1", "pause": 1},
+           {"type": "endpoint", "input_id": "c1", "pause": 1, "wait_ms": 1100,
+            "reason": "continuing_word"},
            {"type": "ready", "input_id": "c1", "pause": 1, "reason": "cancelled"},
            *turn(2, 3.55, 200, "speculation.start", "speculation.confirmed",
                  state="confirmed", transcript="Can you tell me about the history of bicycles?"),
@@ -80,6 +82,7 @@ def test_a_cancelled_speculation_then_the_whole_question_is_no_false_endpoint() 
     assert (q["started"], q["confirmed"], q["cancelled"], q["cancelled_idle"]) == (2, 1, 1, 1)
     assert q["cancelled_unasked"] == 0 and q["dropped"] == 0
     assert q["holds"] == 2 and q["readies"] == {"audio": 1, "cancelled": 1}
+    assert q["endpoints"] == [[1, 1100, "continuing_word"]]
 
 
 def test_an_answer_at_the_pause_is_one_false_endpoint_however_many_turns() -> None:
