@@ -252,6 +252,9 @@ async def test_a_pause_inside_the_question_is_speculated_on_dropped_and_the_end_
     assert held == [["hold", None], ["ready", "audio"]]
     stats = await page.js("voiceLlm.stats")
     assert stats["utterancesSent"] == 1 and stats["pausesSent"] == spec["pauses"]
+    # Each pause came after a gap, where Whisper started on the words so far.
+    assert stats["gapsSent"] == spec["gaps"] >= spec["pauses"]
+    assert spec["early_asr_used"] >= 1
     assert stats["speculationsConfirmed"] == 1
     assert stats["samplesScheduled"] == stats["samplesReceived"] > 0  # it was played
     # An abandoned speculation that ran played nothing and is not on the page.
@@ -263,6 +266,11 @@ async def test_a_pause_inside_the_question_is_speculated_on_dropped_and_the_end_
                           f"{result['turn']}).map(m => m.event.stage + '.' + m.event.event)")
     assert names.index("speculation.start") < names.index("speculation.confirmed") \
         < names.index("playback.start")
+    # The answering speculation took the transcript Whisper started at the gap before its
+    # pause (nothing voiced in between) instead of running Whisper there.
+    asr_start = await page.js("voiceLlm.log.find(m => m.type === 'event' && m.event.turn === "
+                              f"{result['turn']} && m.event.stage === 'asr').event")
+    assert asr_start["event"] == "start" and asr_start["early_ms"] > 0
     # The page ended the utterance at the server's endpoint when it came in time, else at
     # its 700 ms fallback; either way only after the voice had stopped for good.
     end = await page.js("voiceLlm.lastEnd")
