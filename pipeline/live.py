@@ -14,6 +14,12 @@ ends the utterance after that much silence:
   barge-in (stream closed, slot confirmed idle), nothing played, nothing in the history;
   the next pause speculates again on the longer utterance.
 
+A reply cut by the user's voice before ``MIN_KEPT_WORDS`` of it were heard is not kept,
+and its question goes with it (``pipeline.heard.worth_keeping``); most often it answered a
+pause taken for the end ("Call my sister." [pause] "after lunch."). So those words are
+carried into the next utterance's turn (``rejoin_s``, ``Rejoined``): its user message is
+"Call my sister. After lunch.", and nothing the user said is lost.
+
 ``LiveTurnTaker`` is fed by the one microphone reader (``BargeIn.watch``): ``on_segment``
 for every segmenter event and ``on_utterance`` for every finished utterance. It runs the
 turns one after another and reports each finished one to ``on_turn`` with a ``LiveTurn``
@@ -46,7 +52,7 @@ from pipeline.mic import (
 )
 from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.tasks import TaskSet
-from pipeline.turn import TurnResult, TurnRunner
+from pipeline.turn import Rejoined, TurnResult, TurnRunner
 from pipeline.warm import EngineWarmer
 
 log = logging.getLogger(__name__)
@@ -69,6 +75,11 @@ class EndSetter(Protocol):
 
 # How long the endpoint decision waits for the turn's LLM request before deciding anyway.
 _REQUEST_WAIT_S = 0.5
+# After a reply cut before enough of it was heard to keep it, the user's words of that turn
+# go before the next utterance's if it began within this long after the cut. The voice that
+# cut it began before the cut, so this only bounds a next utterance after a silence: by
+# then the user has let the request go or will say it again.
+REJOIN_S = 3.0
 # A warm pass starts only this soon after a voiced window, so it ends (~60-100 ms) before
 # the 200 ms pause that starts the speculative turn.
 _WARM_WHILE_SILENT_MS = 64
@@ -121,7 +132,13 @@ class LiveTurn:
 def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
                    cue: ProsodyCue) -> EndpointDecision:
     """The policy on a speculative transcript (its words, Whisper's confidence, the pitch
-    at the pause), recorded in the running turn as ``speculation.endpoint``."""
+    at the pause), recorded in the running turn as ``speculation.endpoint``.
+
+    After a cut turn's words were rejoined, the policy still judges the new words alone
+    (``asr.end``'s ``text``): the confidence and the pitch are of this audio only, the
+    last word and its punctuation are the same in the joined text, and a short
+    continuation ("after lunch.") keeps the longer wait for few words, which suits a user
+    who has just shown they pause inside a request."""
     logprob = asr_end.data.get("avg_logprob")
     decision = policy.decide(str(asr_end.data.get("text", "")),
                              float(logprob) if logprob is not None else None, cue)
@@ -134,10 +151,26 @@ def _silence_ms(detected_sample: int, end_sample: int) -> float:
     return (detected_sample - end_sample) * 1000 / SAMPLE_RATE
 
 
+def _voice_began(ev: SpeechSoFar | UtteranceEnd) -> float:
+    """When (``time.monotonic()``) the utterance's voice began: events come from the mic
+    reader as they are detected, so its start is that many samples before now."""
+    return time.monotonic() - (ev.detected_sample - ev.start_sample) / SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """A turn cut by the user's voice and not kept: its user words wait for the next."""
+
+    text: str
+    turn: int
+    at: float  # time.monotonic() of the barge-in
+
+
 @dataclass
 class _Speculation:
     pause: SpeechPause
     t0: float
+    began: float  # when the utterance's voice began (the rejoin bound)
     confirmed: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     cancelled: bool = False
@@ -153,9 +186,15 @@ class _Speculation:
 class LiveTurnTaker:
     def __init__(self, runner: TurnRunner, segmenter: EndSetter, *,
                  on_turn: Callable[[LiveTurn], None], speculate: bool = True,
-                 policy: EndpointPolicy | None = None, keep_warm: bool = True) -> None:
+                 policy: EndpointPolicy | None = None, keep_warm: bool = True,
+                 rejoin_s: float | None = REJOIN_S) -> None:
         self.runner, self.segmenter, self.on_turn = runner, segmenter, on_turn
         self.speculate = speculate
+        # None: a cut turn's words are dropped with its reply, as before.
+        self.rejoin_s = rejoin_s
+        self._cut: _Cut | None = None  # the words of the last cut turn, not kept
+        self._bargein: tuple[int, float] | None = None  # (turn, monotonic) of the last one
+        self._closing = False
         self.policy = policy or EndpointPolicy()
         self.stats = SpeculationStats()
         self.tasks = TaskSet("live")
@@ -200,7 +239,8 @@ class LiveTurnTaker:
         if spec is not None and not spec.cancelled:
             self._confirm(spec, endpoint_ms)
             return
-        self._chain(self._turn(utterance, time.monotonic(), endpoint_ms), "turn")
+        self._chain(self._turn(utterance, time.monotonic(), endpoint_ms,
+                               _voice_began(utterance)), "turn")
 
     def _confirm(self, spec: _Speculation, endpoint_ms: float) -> None:
         self._spec = None
@@ -221,6 +261,7 @@ class LiveTurnTaker:
         (stream closed, slot confirmed idle, what was heard kept), then the rest stops."""
         if self.warmer is not None:
             self.warmer.silent()
+        self._closing = True  # this interrupt is not the user's voice: nothing to rejoin
         if self._spec is not None:
             self._cancel_speculation("conversation ended")
         if self.runner.interrupt("conversation ended") and self._previous is not None:
@@ -250,7 +291,7 @@ class LiveTurnTaker:
             final_cue, at.audio[:at.end_sample - at.start_sample]))
 
     def _start_speculation(self, pause: SpeechPause) -> None:
-        spec = _Speculation(pause, time.monotonic())
+        spec = _Speculation(pause, time.monotonic(), _voice_began(pause))
         early = self._early
         if early is not None and early.matches(pause.end_sample):
             # Nothing voiced since the gap: the same words, already being transcribed.
@@ -292,7 +333,8 @@ class LiveTurnTaker:
         if spec.cue is None:
             spec.cue = self._pitch(pause)
         result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed,
-                                       speech_end_ms=round(speech_end, 1), early=spec.early)
+                                       speech_end_ms=round(speech_end, 1), early=spec.early,
+                                       rejoined=self._rejoined(spec.began))
         if self._spec is spec and not spec.ready:
             self.segmenter.release_end()  # it ended with nothing to play: hold nothing
         if result.error is not None and not spec.confirmed.is_set():
@@ -306,9 +348,46 @@ class LiveTurnTaker:
                 self.stats.cancelled_idle_confirmed += 1
             return
         endpoint = spec.endpoint_ms if spec.endpoint_ms is not None else speech_end
-        self.on_turn(LiveTurn(result, speech_end, endpoint, speculative=True))
+        self._finished(LiveTurn(result, speech_end, endpoint, speculative=True))
+
+    # -- the words before a cut ------------------------------------------------------------
+    def _rejoined(self, began: float) -> Rejoined | None:
+        """The words of the last cut turn, if this utterance began soon enough after the
+        cut to go on with them (called as its turn starts, after the cut turn finished).
+        Every speculation on the utterance gets them, as does the turn at its end."""
+        cut = self._cut
+        if cut is None or self.rejoin_s is None:
+            return None
+        if began - cut.at > self.rejoin_s:
+            log.info("the words of cut turn %d are dropped: the next utterance began %.1f s "
+                     "after the cut", cut.turn, began - cut.at)
+            self._cut = None
+            return None
+        return Rejoined(cut.text, cut.turn)
+
+    def _finished(self, turn: LiveTurn) -> None:
+        """A turn is over (not an abandoned speculation): it was the next utterance's, so
+        it uses up the cut words it was sent with, unless it was cut unkept in turn (then
+        its own user message, those words included, waits for the next: cuts chain). A
+        failed turn (no speech heard, the server down) leaves them for the next utterance,
+        still bounded by ``rejoin_s`` from the cut: they were not answered."""
+        result = turn.result
+        if result.error is not None:
+            pass
+        elif (result.interrupted and not result.committed and not self._closing
+              and result.transcript and self.rejoin_s is not None):
+            # Cut by the user's voice (barge-in; not the conversation ending) before enough
+            # of the reply was heard to keep it: the pair left the history, the words wait.
+            at = (self._bargein[1] if self._bargein is not None
+                  and self._bargein[0] == result.turn else time.monotonic())
+            self._cut = _Cut(result.transcript, result.turn, at)
+        else:
+            self._cut = None
+        self.on_turn(turn)
 
     def _on_event(self, ev: Event) -> None:
+        if ev.name == EventName.BARGEIN:
+            self._bargein = (ev.turn, time.monotonic())
         if ev.name == EventName.SPECULATION_START and self._confirmed_unstarted is not None:
             note, self._confirmed_unstarted = self._confirmed_unstarted, None
             self.runner.note(EventName.SPECULATION_CONFIRMED, **note)
@@ -358,12 +437,14 @@ class LiveTurnTaker:
                           else _silence_ms(ended.detected_sample, ended.end_sample))
 
     # -- ordinary turns ---------------------------------------------------------------------
-    async def _turn(self, utterance: UtteranceEnd, t0: float, endpoint_ms: float) -> None:
+    async def _turn(self, utterance: UtteranceEnd, t0: float, endpoint_ms: float,
+                    began: float) -> None:
         # t = 0 is when the end was decided; queued behind a finishing turn, that wait is
         # part of this turn's first audio.
         result = await self.runner.run(utterance.audio, t0=t0,
-                                       speech_end_ms=round(endpoint_ms, 1))
-        self.on_turn(LiveTurn(result, endpoint_ms, endpoint_ms, speculative=False))
+                                       speech_end_ms=round(endpoint_ms, 1),
+                                       rejoined=self._rejoined(began))
+        self._finished(LiveTurn(result, endpoint_ms, endpoint_ms, speculative=False))
 
     def _chain(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run turns one after another: each waits for the previous one to finish (an

@@ -106,6 +106,28 @@ def engine_of(stage: object) -> str:
     return str(getattr(stage, "engine", "local"))
 
 
+@dataclass(frozen=True)
+class Rejoined:
+    """The user's words of an earlier turn, carried into this one (live turn-taking,
+    ``pipeline.live``): that turn was cut by the user's voice before enough of its reply was
+    heard to keep it, so its question never entered the history. ``text`` is the user
+    message it sent (itself joined if it carried words from before), ``turn`` its number."""
+
+    text: str
+    turn: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "turn": self.turn}
+
+
+def join_transcripts(earlier: str, new: str) -> str:
+    """One user message from two transcripts: "Call my sister." + "After lunch." ->
+    "Call my sister. After lunch." Each keeps Whisper's own punctuation and case; the
+    full stop Whisper put at the pause reads as a sentence break, which is how it was said."""
+    earlier, new = earlier.strip(), new.strip()
+    return f"{earlier} {new}" if earlier and new else earlier or new
+
+
 class TurnError(Exception):
     """A stage failed in a way the user can understand (message is one line)."""
 
@@ -158,7 +180,7 @@ class TurnConfig:
 class TurnResult:
     turn: int
     mode: str
-    transcript: str = ""
+    transcript: str = ""  # the user message sent: Whisper's words, after any rejoined ones
     reply: str = ""  # raw generated text as kept in the history
     heard: str = ""  # what the user actually heard
     interrupted: bool = False
@@ -199,7 +221,8 @@ class TurnRunner:
                   t0: float | None = None, mode: str | None = None,
                   confirmed: asyncio.Event | None = None,
                   speech_end_ms: float | None = None,
-                  early: EarlyTranscript | None = None) -> TurnResult:
+                  early: EarlyTranscript | None = None,
+                  rejoined: Rejoined | None = None) -> TurnResult:
         """One turn from the user's audio (or text, skipping ASR). ``t0`` is the monotonic
         time the turn starts (default: now).
 
@@ -208,13 +231,16 @@ class TurnRunner:
         ``speech_end_ms``: how long before t0 the user's last voiced sample was (live
         turns), recorded in turn.start so the endpoint wait shows before t = 0.
         ``early``: a transcription of this utterance already running (started at a gap,
-        ``pipeline.early_asr``); the turn waits for it instead of running ASR on ``audio``."""
+        ``pipeline.early_asr``); the turn waits for it instead of running ASR on ``audio``.
+        ``rejoined``: an earlier turn's user words, cut off with its reply: this turn's user
+        message is that text joined with the new transcript (``join_transcripts``), and
+        ``asr.end`` records it (``rejoined: {text, turn}``)."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.turns += 1
         rec = EventRecorder(self.turns, t0, self.listeners)
-        turn = _Turn(self, rec, mode, confirmed, speech_end_ms, early)
+        turn = _Turn(self, rec, mode, confirmed, speech_end_ms, early, rejoined)
         self._current = turn
         try:
             return await turn.run(audio, text)
@@ -288,7 +314,8 @@ class _Turn:
     def __init__(self, runner: TurnRunner, rec: EventRecorder, mode: str,
                  confirmed: asyncio.Event | None = None,
                  speech_end_ms: float | None = None,
-                 early: EarlyTranscript | None = None) -> None:
+                 early: EarlyTranscript | None = None,
+                 rejoined: Rejoined | None = None) -> None:
         self.runner, self.rec, self.mode = runner, rec, mode
         self.cfg = runner.config
         self.tasks = TaskSet(f"turn{rec.turn}")
@@ -308,6 +335,7 @@ class _Turn:
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
         self.early = early  # a transcription started before t = 0 (pipeline/early_asr.py)
+        self.rejoined = rejoined  # the user's words of a cut turn, before the new ones
 
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
@@ -424,6 +452,12 @@ class _Turn:
         # request for a reply nobody will hear.
         if self.abandoned or self.interrupted.is_set():
             raise _Abandoned
+        if self.rejoined is not None:
+            # The transcripts are joined, not the audio transcribed again: Whisper already
+            # heard the earlier words (the LLM was sent exactly that text), a second pass
+            # over both would cost this turn the earlier audio's ASR time again, and the
+            # audio between them holds the cut reply (its echo, with open speakers).
+            return join_transcripts(self.rejoined.text, transcript)
         return transcript
 
     async def _transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
@@ -453,7 +487,11 @@ class _Turn:
         transcript = heard.text.strip()
         confidence = ({} if heard.avg_logprob is None
                       else {"avg_logprob": round(heard.avg_logprob, 3)})
-        self.rec.emit(EventName.ASR_END, text=transcript, **confidence)
+        # ``text`` stays the new words alone (the live endpoint policy judges them, with the
+        # confidence and pitch of this audio); ``rejoined`` says what goes before them.
+        rejoined: dict[str, Any] = ({} if self.rejoined is None
+                                    else {"rejoined": self.rejoined.to_dict()})
+        self.rec.emit(EventName.ASR_END, text=transcript, **confidence, **rejoined)
         if not transcript:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         return transcript

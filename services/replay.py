@@ -192,10 +192,10 @@ async def _turn(runner: TurnRunner, bargein: BargeIn, audio: np.ndarray,
 def _report(result: TurnResult, file: str, turns: list[dict[str, Any]]) -> int:
     """Print one turn (what was said, its timeline) and record it; 1 if it failed."""
     from pipeline.llm_caps import not_reported_line
-    from services.timeline import render
+    from services.timeline import rejoined_note, render
 
     print(f"\nturn {result.turn} · {file} · {result.mode}")
-    print(f"  you:       {result.transcript}")
+    print(f"  you:       {result.transcript}{rejoined_note(result.events)}")
     if result.error:
         print(f"  error:     {result.error}")
     else:

@@ -119,6 +119,16 @@ class LiveConversation:
         self._turns += turn is not None
         return turn
 
+    async def after(self, turn: LiveTurn) -> LiveTurn | None:
+        """The turn of the voice that cut ``turn`` (a pause in the recording taken for the
+        end, and the rest of it barging in), once it is over; None when ``turn`` was not
+        cut. Without it the rest would be cut in turn by the next file or the close."""
+        if not turn.result.interrupted:
+            return None
+        following = await _next_turn(self._finished, self.runner)
+        self._turns += following is not None
+        return following
+
 
 async def replay_live(args: argparse.Namespace) -> int:
     from services.replay import _report, _save, _supervise, load_turn, make_sink
@@ -145,9 +155,11 @@ async def replay_live(args: argparse.Namespace) -> int:
                           file=sys.stderr)
                     failures += 1
                     continue
-                failures += _report(turn.result, str(wav), turns)
-                await _supervise(turn.result, supervisor)  # a dead server: named, restarted
-                _save(args.json, turns, runner, supervisor)
+                while turn is not None:  # more than one when the file's pause was cut into
+                    failures += _report(turn.result, str(wav), turns)
+                    await _supervise(turn.result, supervisor)  # a dead server: restarted
+                    _save(args.json, turns, runner, supervisor)
+                    turn = await live.after(turn)
             print(f"\nspeculation: {live.stats.to_dict()}")
     finally:
         await sink.close()

@@ -227,11 +227,11 @@ async def _supervise(supervisor: Supervisor, status: Status) -> None:
 
 def _report(turn: LiveTurn, status: Status) -> None:
     """The lines under the status after each turn: what was heard and said, the numbers."""
-    from services.timeline import summary_line
+    from services.timeline import rejoined_note, summary_line
 
     result = turn.result
     said = result.heard if result.interrupted else result.reply
-    status.line(f"you: {result.transcript}")
+    status.line(f"you: {result.transcript}{rejoined_note(result.events)}")
     if result.error:
         status.line(f"  error: {result.error}")
     else:

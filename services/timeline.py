@@ -31,6 +31,15 @@ def _span(events: Sequence[Event], start: EventName, *ends: EventName) -> list[S
     return [(a.t, found[0].t)] if a is not None and found else []
 
 
+def rejoined_note(events: Sequence[Event]) -> str:
+    """"  [with turn 3's words, cut off]" after the user's line when this turn's message
+    begins with the words of a turn whose reply was cut before it could be kept
+    (``asr.end``'s ``rejoined``, pipeline/live.py); "" otherwise."""
+    rejoined = next((e.data["rejoined"] for e in events
+                     if e.name == EventName.ASR_END and "rejoined" in e.data), None)
+    return "" if rejoined is None else f"  [with turn {rejoined['turn']}'s words, cut off]"
+
+
 def marks(events: Sequence[Event]) -> dict[str, list[float]]:
     return {
         "first token": times(events, EventName.LLM_FIRST_TOKEN)[:1],

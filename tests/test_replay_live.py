@@ -60,3 +60,57 @@ def test_replay_live_takes_speculative_turns(llama_server, tmp_path: Path) -> No
     assert len(data["history"]["history"]) == 4
     assert "speculation: {'started': 2, 'confirmed': 2, 'cancelled': 0" in done.stdout
     assert "from your last sound" in done.stdout
+
+
+@pytest.mark.integration
+def test_replay_live_keeps_the_words_before_a_false_endpoint(llama_server,
+                                                            tmp_path: Path) -> None:
+    """A request with a long pause in it: a short fixed end takes the pause for the end and
+    the first part is answered; the rest barges in before enough of the reply was heard to
+    keep it. The turn of the rest must still be asked (and keep) the whole request."""
+    import shutil
+    import wave
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (scripts/setup)")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_endpoint import speak  # espeak-ng at 16 kHz, trimmed to its voice
+
+    head = speak("Please remind me to call my sister.", "en-us", 165, tmp_path)
+    rest = speak("After lunch tomorrow, at about two o'clock in the afternoon.", "en-us", 150,
+                 tmp_path)
+    lead = np.zeros(SAMPLE_RATE // 5, np.float32)
+    # About when the first reply starts playing (300 ms end + Whisper + the first sentence
+    # and its voice): the rest is still being said when it does, and barges in ~0.3 s in.
+    pause = np.zeros(SAMPLE_RATE * 9 // 10, np.float32)
+    wav = tmp_path / "paused.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SAMPLE_RATE)
+        pcm = np.concatenate([lead, head, pause, rest, lead])
+        w.writeframes((np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes())
+
+    out = tmp_path / "live.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli", "replay", "--live", str(wav),
+         "--no-speculate", "--end-silence-ms", "300", "--llm-url", llama_server.url,
+         "--max-sentences", "1", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "VOICE_LLM_STATE": str(tmp_path / "state")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    data = json.loads(out.read_text())
+    turns = data["turns"]
+    assert len(turns) == 2, done.stdout  # the first part answered, then the rest
+    first, last = turns
+    assert "sister" in first["transcript"].lower() and "lunch" not in first["transcript"].lower()
+    assert "not kept" in done.stdout, done.stdout  # cut before enough of it was heard
+    # The last turn was asked the whole request, and the history holds it.
+    said = last["transcript"].lower()
+    assert "sister" in said and "lunch" in said, done.stdout
+    assert last["error"] is None
+    history = data["history"]["history"]
+    assert len(history) == 2 and history[0]["role"] == "user"
+    assert "sister" in history[0]["content"].lower() and "lunch" in history[0]["content"].lower()
+    assert "[with turn 1's words, cut off]" in done.stdout
