@@ -17,8 +17,9 @@ ends the utterance after that much silence:
 A reply cut by the user's voice before ``MIN_KEPT_WORDS`` of it were heard is not kept,
 and its question goes with it (``pipeline.heard.worth_keeping``); most often it answered a
 pause taken for the end ("Call my sister." [pause] "after lunch."). So those words are
-carried into the next utterance's turn (``rejoin_s``, ``Rejoined``): its user message is
-"Call my sister. After lunch.", and nothing the user said is lost.
+carried into the next utterance's turn (``rejoin_s``; the bookkeeping, shared with the
+browser page, is pipeline/rejoin.py): its user message is "Call my sister. After lunch.",
+and nothing the user said is lost.
 
 ``LiveTurnTaker`` is fed by the one microphone reader (``BargeIn.watch``): ``on_segment``
 for every segmenter event and ``on_utterance`` for every finished utterance. It runs the
@@ -51,6 +52,7 @@ from pipeline.mic import (
     UtteranceEnd,
 )
 from pipeline.prosody import ProsodyCue, final_cue
+from pipeline.rejoin import REJOIN_S, Cut, CutWords
 from pipeline.tasks import TaskSet
 from pipeline.turn import Rejoined, TurnResult, TurnRunner
 from pipeline.warm import EngineWarmer
@@ -75,11 +77,6 @@ class EndSetter(Protocol):
 
 # How long the endpoint decision waits for the turn's LLM request before deciding anyway.
 _REQUEST_WAIT_S = 0.5
-# After a reply cut before enough of it was heard to keep it, the user's words of that turn
-# go before the next utterance's if it began within this long after the cut. The voice that
-# cut it began before the cut, so this only bounds a next utterance after a silence: by
-# then the user has let the request go or will say it again.
-REJOIN_S = 3.0
 # A warm pass starts only this soon after a voiced window, so it ends (~60-100 ms) before
 # the 200 ms pause that starts the speculative turn.
 _WARM_WHILE_SILENT_MS = 64
@@ -157,15 +154,6 @@ def _voice_began(ev: SpeechSoFar | UtteranceEnd) -> float:
     return time.monotonic() - (ev.detected_sample - ev.start_sample) / SAMPLE_RATE
 
 
-@dataclass(frozen=True)
-class _Cut:
-    """A turn cut by the user's voice and not kept: its user words wait for the next."""
-
-    text: str
-    turn: int
-    at: float  # time.monotonic() of the barge-in
-
-
 @dataclass
 class _Speculation:
     pause: SpeechPause
@@ -191,9 +179,7 @@ class LiveTurnTaker:
         self.runner, self.segmenter, self.on_turn = runner, segmenter, on_turn
         self.speculate = speculate
         # None: a cut turn's words are dropped with its reply, as before.
-        self.rejoin_s = rejoin_s
-        self._cut: _Cut | None = None  # the words of the last cut turn, not kept
-        self._bargein: tuple[int, float] | None = None  # (turn, monotonic) of the last one
+        self.cuts = CutWords(rejoin_s)  # the words of the last cut turn, not kept
         self._closing = False
         self.policy = policy or EndpointPolicy()
         self.stats = SpeculationStats()
@@ -351,43 +337,28 @@ class LiveTurnTaker:
         self._finished(LiveTurn(result, speech_end, endpoint, speculative=True))
 
     # -- the words before a cut ------------------------------------------------------------
+    @property
+    def rejoin_s(self) -> float | None:
+        return self.cuts.rejoin_s
+
+    @property
+    def _cut(self) -> Cut | None:
+        return self.cuts.cut
+
     def _rejoined(self, began: float) -> Rejoined | None:
         """The words of the last cut turn, if this utterance began soon enough after the
-        cut to go on with them (called as its turn starts, after the cut turn finished).
-        Every speculation on the utterance gets them, as does the turn at its end."""
-        cut = self._cut
-        if cut is None or self.rejoin_s is None:
-            return None
-        if began - cut.at > self.rejoin_s:
-            log.info("the words of cut turn %d are dropped: the next utterance began %.1f s "
-                     "after the cut", cut.turn, began - cut.at)
-            self._cut = None
-            return None
-        return Rejoined(cut.text, cut.turn)
+        cut to go on with them (``CutWords.rejoined``, pipeline/rejoin.py)."""
+        return self.cuts.rejoined(began)
 
     def _finished(self, turn: LiveTurn) -> None:
-        """A turn is over (not an abandoned speculation): it was the next utterance's, so
-        it uses up the cut words it was sent with, unless it was cut unkept in turn (then
-        its own user message, those words included, waits for the next: cuts chain). A
-        failed turn (no speech heard, the server down) leaves them for the next utterance,
-        still bounded by ``rejoin_s`` from the cut: they were not answered."""
-        result = turn.result
-        if result.error is not None:
-            pass
-        elif (result.interrupted and not result.committed and not self._closing
-              and result.transcript and self.rejoin_s is not None):
-            # Cut by the user's voice (barge-in; not the conversation ending) before enough
-            # of the reply was heard to keep it: the pair left the history, the words wait.
-            at = (self._bargein[1] if self._bargein is not None
-                  and self._bargein[0] == result.turn else time.monotonic())
-            self._cut = _Cut(result.transcript, result.turn, at)
-        else:
-            self._cut = None
+        """A turn is over (not an abandoned speculation): ``CutWords.finished``. Every
+        barge-in here is the user's voice but the interrupt when the conversation ends."""
+        self.cuts.finished(turn.result, by_voice=not self._closing)
         self.on_turn(turn)
 
     def _on_event(self, ev: Event) -> None:
         if ev.name == EventName.BARGEIN:
-            self._bargein = (ev.turn, time.monotonic())
+            self.cuts.barged_in(ev.turn)
         if ev.name == EventName.SPECULATION_START and self._confirmed_unstarted is not None:
             note, self._confirmed_unstarted = self._confirmed_unstarted, None
             self.runner.note(EventName.SPECULATION_CONFIRMED, **note)

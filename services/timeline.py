@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.events import Event, EventName, first, indexed_spans, times
 
@@ -31,12 +31,18 @@ def _span(events: Sequence[Event], start: EventName, *ends: EventName) -> list[S
     return [(a.t, found[0].t)] if a is not None and found else []
 
 
+def rejoined_of(events: Sequence[Event]) -> dict[str, Any] | None:
+    """``asr.end``'s ``rejoined: {text, turn}``: the words of a turn whose reply was cut
+    before it could be kept, at the start of this turn's message (pipeline/rejoin.py)."""
+    return next((e.data["rejoined"] for e in events
+                 if e.name == EventName.ASR_END and "rejoined" in e.data), None)
+
+
 def rejoined_note(events: Sequence[Event]) -> str:
     """"  [with turn 3's words, cut off]" after the user's line when this turn's message
     begins with the words of a turn whose reply was cut before it could be kept
-    (``asr.end``'s ``rejoined``, pipeline/live.py); "" otherwise."""
-    rejoined = next((e.data["rejoined"] for e in events
-                     if e.name == EventName.ASR_END and "rejoined" in e.data), None)
+    (``rejoined_of``); "" otherwise."""
+    rejoined = rejoined_of(events)
     return "" if rejoined is None else f"  [with turn {rejoined['turn']}'s words, cut off]"
 
 

@@ -20,7 +20,10 @@ Messages from the browser (JSON text frames unless noted)::
                                                     page's endpoint wait, shown before t = 0),
                                                     or confirm the speculation that runs
     {"type": "audio.cancel"}                        drop the open utterance
-    {"type": "interrupt"}                           barge-in (button or voice onset)
+    {"type": "interrupt", "by": "voice"}            barge-in: ``by`` "voice" when the user
+                                                    began to speak over the reply (voice
+                                                    onset, push-to-talk), absent for the
+                                                    interrupt button / Escape / typing
     {"type": "text", "text": "...", "input_id": "c2"}  a typed turn (no ASR)
     {"type": "reset"}                               forget the history
 
@@ -30,7 +33,8 @@ errors and turns to what the user said without guessing.
 
 Messages to the browser: ``hello`` (``speculate``: whether pauses start speculative
 turns), ``audio.format``, ``event`` (the event dict of docs/contracts.md under ``"event"``),
-``transcript``, ``sentence``, binary audio frames, ``audio.stop``, ``turn.result`` (its
+``transcript`` (``rejoined`` and ``joined`` when the words of a cut turn go before it:
+below), ``sentence``, binary audio frames, ``audio.stop``, ``turn.result`` (its
 ``id_slot``: the conversation's LLM slot; ``speculation``: what speculation did over the
 utterance, services/web_live.py), ``endpoint`` (``input_id``, ``pause``, ``wait_ms``,
 ``reason``: end this utterance after ``wait_ms`` of silence), ``hold`` / ``ready``
@@ -47,6 +51,16 @@ per second, and an utterance they belonged to is dropped whole.
 
 A new utterance while the assistant is still busy is a barge-in: it goes through
 ``BargeIn`` (the single decider), then the new turn runs once the old one has hung up.
+
+The words before a cut are not lost (as in ``talk``, pipeline/rejoin.py): a turn cut by the
+user's voice (``interrupt`` with ``by: "voice"``, or a streamed utterance ending while it
+runs) before enough of its reply was heard to keep it (``committed`` false) leaves its user
+message for the next streamed utterance, if that one's ``audio.begin`` came within
+``REJOIN_S`` of the barge-in: the user message of that utterance's turn is the two
+transcripts joined, its ``asr.end`` and ``turn.result`` carry ``rejoined: {text, turn}``
+and its ``transcript`` message ``joined`` (the user message sent). Not after the interrupt
+button, a typed message or WAV upload barging in, an abandoned speculation or the page
+closing.
 
 Pauses, the endpoint and confirming or abandoning a speculation: services/web_live.py;
 Whisper from the gap: services/web_gap.py.
@@ -73,9 +87,11 @@ from pipeline.audio_in import SAMPLE_RATE, AudioFileError, load_wav
 from pipeline.bargein import BargeIn
 from pipeline.conversation import Conversation
 from pipeline.events import Event, EventName
+from pipeline.rejoin import CutWords
 from pipeline.tasks import TaskSet
+from pipeline.turn import join_transcripts
 from services.api_slots import Lease, QueueTimeout, SlotPool
-from services.timeline import marks, stage_spans
+from services.timeline import marks, rejoined_of, stage_spans
 from services.web_live import PageSpeculator, Speculation, UtteranceSpeculation
 from services.ws_sink import Outbox, WebSocketSink
 
@@ -142,6 +158,7 @@ class Utterance:
     sample_rate: int
     limit_bytes: int
     input_id: str | None = None
+    began: float = field(default_factory=time.monotonic)  # its audio.begin: the voice began
     pcm: bytearray = field(default_factory=bytearray)
     overflowed: bool = False
     speculation: UtteranceSpeculation = field(default_factory=UtteranceSpeculation)
@@ -159,6 +176,7 @@ class TurnInput:
     speech_end_ms: float | None = None  # the page's endpoint wait: last voiced frame -> end
     speculation: Speculation | None = None  # a speculative turn, started at a pause
     utterance: UtteranceSpeculation | None = None  # hands-free audio: what speculation did
+    began: float | None = None  # a streamed utterance: when its voice began (else None)
 
 
 class BrowserSession:
@@ -191,6 +209,8 @@ class BrowserSession:
         self.bargein = BargeIn(self.runner)
         self.runner.listeners.append(self.bargein.on_event)
         self.speculator = PageSpeculator(self.runner, self.outbox, enabled=speculate)
+        self.cuts = CutWords()  # the words of a turn the user's voice cut, not kept
+        self._by_voice = False  # a barge-in by the user's voice is being triggered
         self.runner.listeners.append(self.speculator.on_event)
         self.inputs: asyncio.Queue[TurnInput] = asyncio.Queue()
         self.waiting = 0  # inputs queued that are not speculations
@@ -314,7 +334,8 @@ class BrowserSession:
             self.inputs.put_nowait(TurnInput(spec.t0, pcm=bytes(utt.pcm),
                                              sample_rate=utt.sample_rate,
                                              input_id=utt.input_id, speech_end_ms=silence,
-                                             speculation=spec, utterance=utt.speculation))
+                                             speculation=spec, utterance=utt.speculation,
+                                             began=utt.began))
 
     def on_audio_resume(self, msg: dict[str, Any]) -> None:
         utt = self.open_utterance(msg)
@@ -359,7 +380,8 @@ class BrowserSession:
         self.submit(TurnInput(t0, pcm=bytes(utt.pcm), sample_rate=utt.sample_rate,
                               input_id=utt.input_id,
                               # 0: push-to-talk, the release is the end (no wait to show)
-                              speech_end_ms=trailing or None, utterance=utt.speculation))
+                              speech_end_ms=trailing or None, utterance=utt.speculation,
+                              began=utt.began))
 
     def on_audio_cancel(self, msg: dict[str, Any]) -> None:
         self.speculator.resume("utterance cancelled")
@@ -368,7 +390,19 @@ class BrowserSession:
     def on_interrupt(self, msg: dict[str, Any]) -> None:
         if self.speculator.unconfirmed():
             return  # nothing is audible: only the utterance's end or resumption decides
-        self.bargein.trigger("browser")
+        # "voice": the page heard the user begin to speak over the reply (the utterance
+        # follows); anything else is the stop button, Escape or a typed message.
+        by_voice = msg.get("by") == "voice"
+        self.barge_in("voice" if by_voice else "browser", by_voice=by_voice)
+
+    def barge_in(self, source: str, *, by_voice: bool) -> None:
+        """``BargeIn.trigger``; ``by_voice``: the user spoke over the reply, so a turn this
+        cuts before its reply could be kept leaves its words for the next utterance."""
+        self._by_voice = by_voice
+        try:
+            self.bargein.trigger(source)
+        finally:
+            self._by_voice = False
 
     def on_typed(self, msg: dict[str, Any]) -> None:
         text, given = msg.get("text"), input_id(msg)
@@ -408,7 +442,7 @@ class BrowserSession:
     def submit(self, turn_input: TurnInput) -> None:
         self.speculator.resume("another input")  # typed over an open utterance
         if self.runner.busy:  # speaking over the assistant (or typing): barge-in
-            self.bargein.trigger("new-utterance")
+            self.barge_in("new-utterance", by_voice=turn_input.pcm is not None)
         self.waiting += 1
         self.inputs.put_nowait(turn_input)
 
@@ -440,7 +474,8 @@ class BrowserSession:
                 self.on_speculation(outcome or "confirmed")
         if result is None:
             return
-        if outcome is None:
+        if outcome is None:  # the answer (not an abandoned or dropped speculation)
+            self.cuts.finished(result, by_voice=self.cuts.voiced(result.turn))
             self.turns_done += 1
             if self.on_result is not None:
                 self.on_result(result, self.turns_done)
@@ -480,17 +515,21 @@ class BrowserSession:
                 return None  # speech resumed before it could start
             confirmed = spec.confirmed
             early = begun.transcript if begun is not None else None
+        # The words of a turn cut just before, for a streamed utterance (its speculations
+        # too); typed and WAV turns take none (and, once over, clear them).
+        rejoined = (self.cuts.rejoined(turn_input.began) if turn_input.began is not None
+                    else None)
         if self.pool is None:
             return await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
                                          speech_end_ms=turn_input.speech_end_ms,
-                                         confirmed=confirmed, early=early)
+                                         confirmed=confirmed, early=early, rejoined=rejoined)
         base = self.runner.config
         self.runner.config = dataclasses.replace(base, id_slot=self.lease.slot)
         self.pool.begin(self.lease)
         try:
             return await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
                                          speech_end_ms=turn_input.speech_end_ms,
-                                         confirmed=confirmed, early=early)
+                                         confirmed=confirmed, early=early, rejoined=rejoined)
         finally:
             self.runner.config = base
             self.pool.end(self.lease)
@@ -517,9 +556,17 @@ class BrowserSession:
         hidden = {"speculative": True} if self.speculator.unconfirmed() else {}
         self.outbox.json({"type": "event", "event": ev.to_dict(), "input_id": self.input_id,
                           **hidden})
+        if ev.name == EventName.BARGEIN and self._by_voice:
+            self.cuts.barged_in(ev.turn)
         if ev.name == EventName.ASR_END:
-            self.outbox.json({"type": "transcript", "turn": ev.turn,
-                              "text": ev.data.get("text", ""), **hidden})
+            text = str(ev.data.get("text", ""))
+            rejoined = ev.data.get("rejoined")
+            # The user message sent: the cut turn's words, then these (TurnRunner's join).
+            joined = ({"rejoined": rejoined,
+                       "joined": join_transcripts(str(rejoined["text"]), text)}
+                      if isinstance(rejoined, dict) else {})
+            self.outbox.json({"type": "transcript", "turn": ev.turn, "text": text,
+                              **joined, **hidden})
         elif ev.name == EventName.SENTENCE:
             self.outbox.json({"type": "sentence", "turn": ev.turn,
                               "index": ev.data.get("index"), "text": ev.data.get("text"),
@@ -549,7 +596,8 @@ def result_message(result: TurnResult) -> dict[str, Any]:
     if isinstance(wait_ms, int | float) and wait_ms > 0:
         spans = {"endpoint": [(-wait_ms / 1000, confirmed)], **spans}
     return {"type": "turn.result", "turn": result.turn, "mode": result.mode,
-            "transcript": result.transcript, "reply": result.reply, "heard": result.heard,
+            "transcript": result.transcript, "rejoined": rejoined_of(result.events),
+            "reply": result.reply, "heard": result.heard,
             "interrupted": result.interrupted, "abandoned": result.abandoned,
             "error": result.error, "metrics": result.metrics.to_dict(),
             "timeline": {"start": round(min([a for row in spans.values() for a, _ in row]

@@ -908,6 +908,164 @@ async def test_ws_a_gap_without_a_pause_changes_nothing(web_app: Web) -> None:
     await ws.close()
 
 
+# --- the words before a cut (pipeline/rejoin.py) ---------------------------------------
+async def utterance(ws: aiohttp.ClientWebSocketResponse, web_app: Web, words: str,
+                    given: str) -> None:
+    """A streamed utterance Whisper hears as ``words``, ended without a pause."""
+    web_app.asr.text = words
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": given})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
+
+
+async def speak_over(ws: aiohttp.ClientWebSocketResponse, got: Received, by: str | None,
+                     heard_s: float = 0.0) -> Received:
+    """Interrupt the next reply to play (``by``: "voice" as the page's voice onset sends it,
+    None as its interrupt button) at its playback.start, or once ``heard_s`` of its audio
+    reached the page."""
+    message = {"type": "interrupt", **({"by": by} if by else {})}
+    if not heard_s:
+        got = await receive_until(ws, event_named("playback.start"), into=got)
+        await ws.send_json(message)
+        return got
+    before, sent = got.audio_samples, False
+
+    async def after_some_audio(got: Received) -> None:
+        nonlocal sent
+        if not sent and got.audio_samples - before >= heard_s * TTS_RATE:
+            sent = True
+            await ws.send_json(message)
+
+    return await receive_until(ws, lambda m: sent, into=got, on_audio=after_some_audio)
+
+
+def result_of(turn: int) -> Any:
+    return lambda m: is_result(m) and m["turn"] == turn
+
+
+def results(got: Received) -> dict[int, dict[str, Any]]:
+    return {m["turn"]: m for m in got.of("turn.result")}
+
+
+def user_messages(web_app: Web) -> list[str]:
+    """The user messages of the last LLM request: the history's, then the new one."""
+    return [m["content"] for m in web_app.fake.requests[-1].body["messages"]
+            if m["role"] == "user"]
+
+
+async def test_ws_words_cut_unheard_go_before_the_next_utterance(web_app: Web) -> None:
+    web_app.tts.seconds = 1.0
+    ws = await open_ws(web_app)
+    await utterance(ws, web_app, "Call my sister.", "c1")
+    got = await speak_over(ws, Received(), "voice")  # the rest of the request, at once
+    web_app.tts.seconds = 0.1
+    await utterance(ws, web_app, "After lunch.", "c2")
+    got = await receive_until(ws, result_of(2), into=got)
+    cut, answer = results(got)[1], results(got)[2]
+    assert cut["interrupted"] and cut["heard"] == "" and cut["rejoined"] is None
+    detected = next(m["event"] for m in got.messages if event_named("bargein.detected")(m))
+    assert detected["source"] == "voice" and detected["turn"] == 1
+    assert answer["transcript"] == "Call my sister. After lunch."
+    assert answer["rejoined"] == {"text": "Call my sister.", "turn": 1}
+    assert answer["input_id"] == "c2" and answer["reply"] == REPLY
+    shown = next(m for m in got.of("transcript") if m["turn"] == 2)
+    assert shown["text"] == "After lunch." and shown["joined"] == answer["transcript"]
+    assert shown["rejoined"] == answer["rejoined"]
+    assert user_messages(web_app) == ["Call my sister. After lunch."]  # what the LLM got
+    # The history keeps the whole request (the cut pair never entered it).
+    await ws.send_json({"type": "text", "text": "and then?"})
+    got = await receive_until(ws, is_result)
+    assert got.of("turn.result")[0]["rejoined"] is None
+    assert user_messages(web_app) == ["Call my sister. After lunch.", "and then?"]
+    await ws.close()
+
+
+async def test_ws_cuts_chain_and_a_kept_reply_passes_nothing_on(web_app: Web) -> None:
+    web_app.tts.seconds = 1.0
+    ws = await open_ws(web_app)
+    await utterance(ws, web_app, "Call my sister.", "c1")
+    got = await speak_over(ws, Received(), "voice")
+    await utterance(ws, web_app, "After lunch.", "c2")
+    got = await speak_over(ws, got, "voice")  # cut unheard in turn: the words chain
+    web_app.tts.seconds = 0.5
+    await utterance(ws, web_app, "Around two.", "c3")
+    got = await speak_over(ws, got, "voice", heard_s=0.9)  # its first sentence heard: kept
+    web_app.tts.seconds = 0.1
+    await utterance(ws, web_app, "Thanks.", "c4")
+    got = await receive_until(ws, result_of(4), into=got)
+    turns = results(got)
+    assert turns[2]["transcript"] == "Call my sister. After lunch."
+    assert turns[3]["transcript"] == "Call my sister. After lunch. Around two."
+    assert turns[3]["rejoined"] == {"text": "Call my sister. After lunch.", "turn": 2}
+    assert turns[3]["interrupted"] and turns[3]["heard"].startswith(SENTENCES[0])
+    assert turns[4]["transcript"] == "Thanks." and turns[4]["rejoined"] is None
+    assert user_messages(web_app) == ["Call my sister. After lunch. Around two.", "Thanks."]
+    await ws.close()
+
+
+async def test_ws_after_the_bound_or_the_stop_button_nothing_is_carried(
+        web_app: Web, monkeypatch: pytest.MonkeyPatch) -> None:
+    from functools import partial
+
+    import services.web_session
+    from pipeline.rejoin import CutWords
+
+    monkeypatch.setattr(services.web_session, "CutWords", partial(CutWords, 0.5))
+    web_app.tts.seconds = 1.0
+    ws = await open_ws(web_app)
+    await utterance(ws, web_app, "Call my sister.", "c1")
+    got = await speak_over(ws, Received(), "voice")
+    got = await receive_until(ws, result_of(1), into=got)
+    await asyncio.sleep(0.8)  # the next utterance begins past the bound
+    await utterance(ws, web_app, "After lunch.", "c2")
+    got = await speak_over(ws, got, None)  # the interrupt button: not the user's voice
+    await utterance(ws, web_app, "Around two.", "c3")
+    got = await speak_over(ws, got, "voice")
+    web_app.tts.seconds = 0.1
+    await utterance(ws, web_app, "Thanks.", "c4")
+    got = await receive_until(ws, result_of(4), into=got)
+    turns = results(got)
+    assert turns[2]["transcript"] == "After lunch." and turns[2]["rejoined"] is None
+    assert turns[2]["interrupted"] and turns[2]["heard"] == ""
+    assert turns[3]["transcript"] == "Around two." and turns[3]["rejoined"] is None
+    assert turns[4]["transcript"] == "Around two. Thanks."  # the voice's cut carries
+    assert turns[4]["rejoined"] == {"text": "Around two.", "turn": 3}
+    sources = [m["event"]["source"] for m in got.messages
+               if event_named("bargein.detected")(m)]
+    assert sources == ["voice", "browser", "voice"]
+    await ws.close()
+
+
+async def test_ws_an_abandoned_speculation_neither_uses_nor_sets_the_words(
+        web_app: Web) -> None:
+    web_app.tts.seconds = 1.0
+    ws = await open_ws(web_app)
+    await utterance(ws, web_app, "Call my sister.", "c1")
+    got = await speak_over(ws, Received(), "voice")
+    got = await receive_until(ws, result_of(1), into=got)  # hung up: a pause speculates
+    web_app.tts.seconds = 0.1
+    web_app.asr.text = "After"
+    web_app.fake.reply = Reply(tokens=tokens(REPLY), token_delay=0.05)  # still streaming
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c2"})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    got = await receive_until(ws, event_named("llm.first_token"), into=got)
+    assert user_messages(web_app) == ["Call my sister. After"]  # the speculation carries them
+    await ws.send_json({"type": "audio.resume", "pause": 1, "silence_ms": 300})
+    web_app.asr.text = "After lunch."
+    web_app.fake.reply = Reply(tokens=tokens(REPLY), token_delay=0.005)
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 700})
+    got = await receive_until(ws, result_of(3), into=got)
+    turns = results(got)
+    assert turns[2]["abandoned"] and turns[2]["speculation"]["state"] == "cancelled"
+    # Still turn 1's words alone: the abandoned turn neither used them up nor left its own.
+    assert turns[3]["transcript"] == "Call my sister. After lunch."
+    assert turns[3]["rejoined"] == {"text": "Call my sister.", "turn": 1}
+    assert user_messages(web_app) == ["Call my sister. After lunch."]
+    await ws.close()
+
+
 # --- the sink on its own -------------------------------------------------------------
 class FakeSocket:
     def __init__(self) -> None:

@@ -31,7 +31,9 @@ function onMessage(msg) {
     case "endpoint": capture.onEndpoint(msg); break;
     case "hold": capture.onHold(msg); break;
     case "ready": capture.onReady(msg); break;
-    case "transcript": turnView(msg.turn).setTranscript(msg.text); break;
+    case "transcript": // joined: the words of a cut turn went before these (rejoined)
+      turnView(msg.turn).setTranscript(msg.joined ?? msg.text, msg.rejoined);
+      break;
     case "sentence": turnView(msg.turn).addSentence(msg.index, msg.text); break;
     case "turn.result": onResult(msg); break;
     case "error": restoreLabel(); onError(msg.message, msg.input_id); break;
@@ -123,7 +125,7 @@ player.onIdle = () => refreshState();
 
 capture.send = send;
 capture.onBegin = () => {
-  if (busy() || player.active) interrupt(); // the user talks over the assistant
+  if (busy() || player.active) interrupt("voice"); // the user talks over the assistant
   setState("hearing");
 };
 capture.onEnd = (inputId, trailingMs) => {
@@ -144,11 +146,13 @@ function meter(rms, threshold) {
   ui.threshold.style.left = `${scale(threshold)}%`;
 }
 
-function interrupt() {
+// by: "voice" when the user began to speak over the reply (a turn it cuts before enough
+// was heard to keep it leaves its words for this utterance); none for the button.
+function interrupt(by = null) {
   if (!(busy() || player.active)) return;
   player.flush();
   player.muted = true; // late frames of the interrupted turn stay silent
-  send({ type: "interrupt" });
+  send(by ? { type: "interrupt", by } : { type: "interrupt" });
   session.stats.interruptsSent += 1;
   showInterrupted();
 }
@@ -195,7 +199,7 @@ ui.mode.addEventListener("change", (e) => {
   if (capture.recording) capture.end();
   applyMode();
 });
-ui.interrupt.addEventListener("click", interrupt);
+ui.interrupt.addEventListener("click", () => interrupt());
 
 function pttDown(e) {
   if (session.mode !== "ptt" || !session.micOn || capture.recording) return;

@@ -23,9 +23,17 @@ class TurnView {
     this.bot.textContent = "";
     ui.conversation.prepend(this.el);
   }
-  setTranscript(text) {
+  // rejoined: {text, turn} when this message begins with the words of a turn whose reply
+  // was cut before it could be kept (the server joined them: text is the whole message).
+  setTranscript(text, rejoined = null) {
     this.you.classList.remove("pending");
     this.you.textContent = text || "(no speech heard)";
+    if (rejoined) {
+      const note = document.createElement("span");
+      note.className = "rejoined";
+      note.textContent = ` [with turn ${rejoined.turn}'s words, cut off]`;
+      this.you.appendChild(note);
+    }
   }
   addSentence(index, text) {
     if (this.sentences.has(index)) return;
@@ -55,7 +63,7 @@ class TurnView {
     line.textContent = `⚠ ${message}`;
   }
   finish(msg) {
-    if (msg.transcript) this.setTranscript(msg.transcript);
+    if (msg.transcript) this.setTranscript(msg.transcript, msg.rejoined);
     if (!this.sentences.size && msg.reply) this.addSentence(0, msg.reply);
     if (msg.interrupted) {
       const tag = document.createElement("span");
