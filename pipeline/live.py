@@ -52,9 +52,9 @@ from pipeline.mic import (
     UtteranceEnd,
 )
 from pipeline.prosody import ProsodyCue, final_cue
-from pipeline.rejoin import REJOIN_S, Cut, CutWords
+from pipeline.rejoin import REJOIN_S, CutWords
 from pipeline.tasks import TaskSet
-from pipeline.turn import Rejoined, TurnResult, TurnRunner
+from pipeline.turn import TurnResult, TurnRunner
 from pipeline.warm import EngineWarmer
 
 log = logging.getLogger(__name__)
@@ -320,7 +320,7 @@ class LiveTurnTaker:
             spec.cue = self._pitch(pause)
         result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed,
                                        speech_end_ms=round(speech_end, 1), early=spec.early,
-                                       rejoined=self._rejoined(spec.began))
+                                       rejoined=self.cuts.rejoined(spec.began))
         if self._spec is spec and not spec.ready:
             self.segmenter.release_end()  # it ended with nothing to play: hold nothing
         if result.error is not None and not spec.confirmed.is_set():
@@ -337,19 +337,6 @@ class LiveTurnTaker:
         self._finished(LiveTurn(result, speech_end, endpoint, speculative=True))
 
     # -- the words before a cut ------------------------------------------------------------
-    @property
-    def rejoin_s(self) -> float | None:
-        return self.cuts.rejoin_s
-
-    @property
-    def _cut(self) -> Cut | None:
-        return self.cuts.cut
-
-    def _rejoined(self, began: float) -> Rejoined | None:
-        """The words of the last cut turn, if this utterance began soon enough after the
-        cut to go on with them (``CutWords.rejoined``, pipeline/rejoin.py)."""
-        return self.cuts.rejoined(began)
-
     def _finished(self, turn: LiveTurn) -> None:
         """A turn is over (not an abandoned speculation): ``CutWords.finished``. Every
         barge-in here is the user's voice but the interrupt when the conversation ends."""
@@ -414,7 +401,7 @@ class LiveTurnTaker:
         # part of this turn's first audio.
         result = await self.runner.run(utterance.audio, t0=t0,
                                        speech_end_ms=round(endpoint_ms, 1),
-                                       rejoined=self._rejoined(began))
+                                       rejoined=self.cuts.rejoined(began))
         self._finished(LiveTurn(result, endpoint_ms, endpoint_ms, speculative=False))
 
     def _chain(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

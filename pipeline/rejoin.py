@@ -88,8 +88,8 @@ class CutWords:
                 and result.transcript and self.rejoin_s is not None):
             # Cut before enough of the reply was heard to keep it: the pair left the
             # history, the words wait.
-            at = (self._bargein[1] if self._bargein is not None
-                  and self._bargein[0] == result.turn else time.monotonic())
+            at = (self._bargein[1] if self._bargein is not None and self.voiced(result.turn)
+                  else time.monotonic())
             self.cut = Cut(result.transcript, result.turn, at)
         else:
             self.cut = None

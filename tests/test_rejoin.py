@@ -182,4 +182,4 @@ async def test_the_conversation_ending_cuts_nothing_to_carry(llm) -> None:  # no
     await until(lambda: runner.speaking)
     await live.close()  # interrupts the turn as a barge-in would, but nobody spoke
     assert turns and turns[0].result.interrupted
-    assert live._cut is None
+    assert live.cuts.cut is None
