@@ -3,24 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from script_module import load_script
 
-def load_bench_page() -> ModuleType:
-    path = Path(__file__).parent.parent / "scripts" / "bench_page.py"
-    spec = importlib.util.spec_from_file_location("bench_page", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_page"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench_page = load_bench_page()
+bench_page = load_script("bench_page")
 SPAN_S = 3.1  # "Can you tell me about the" (1.2 s) + 600 ms + "history of bicycles?" (1.3 s)
 
 

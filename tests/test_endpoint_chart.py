@@ -3,13 +3,14 @@ report from a saved endpoint.json (--report-only), on hand-made figures: no mode
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from script_module import load_script
 
 from services.endpoint_chart import TARGET_PCT, EndpointPoint, draw, figure
 
@@ -69,14 +70,7 @@ def test_draw_writes_a_png(tmp_path: Path) -> None:
 
 def bench_endpoint() -> ModuleType:
     """scripts/bench_endpoint.py as a module (its dataclasses want it in sys.modules)."""
-    if "bench_endpoint" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_endpoint",
-                                                      ROOT / "scripts" / "bench_endpoint.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_endpoint"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["bench_endpoint"]
+    return load_script("bench_endpoint")
 
 
 def test_every_condition_gets_a_short_tag_and_its_series() -> None:

@@ -7,11 +7,7 @@ sockets); the same proxy in front of the real llama-server is in test_plain_open
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -19,6 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from fake_llm import MODEL, FakeLlm, Reply
+from script_module import load_script
 
 from pipeline.audio_out import RealtimeNullSink
 from pipeline.conversation import Conversation
@@ -47,17 +44,7 @@ PLAIN_ANSWERS: dict[str, Any] = {
 }
 
 
-def load_plain_openai() -> ModuleType:
-    path = Path(__file__).parent.parent / "scripts" / "plain_openai.py"
-    spec = importlib.util.spec_from_file_location("plain_openai", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["plain_openai"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-plain_openai = load_plain_openai()
+plain_openai = load_script("plain_openai")
 
 
 # --- detection from the answers (pure) --------------------------------------------------
