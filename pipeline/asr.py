@@ -81,6 +81,10 @@ class Transcript:
     tokens: int = 0
     raw_text: str = ""  # what Whisper said before the gate's verdict
     fell_back: str = ""  # why a fitted decode was redone on the full window
+    # Whisper's probability of the last word (its least likely token), fitted window only:
+    # a fragment's last word misheard into a sentence ("if I only have" -> "harm?") is
+    # one Whisper was unsure of, though the rest of the words were clear.
+    last_word_prob: float | None = None
     gate: GateVerdict | None = None
     evidence: SpeechEvidence | None = field(default=None, repr=False)
 
@@ -110,6 +114,32 @@ def fit_features(features: np.ndarray, frames: int) -> np.ndarray:
     out = np.zeros((n_mels, frames), dtype=np.float32)
     out[:, :have] = features
     return out
+
+
+def token_probability(logits: np.ndarray, token: int) -> float:
+    """Softmax probability of ``token`` among one decoding step's logits."""
+    z = logits.astype(np.float64).reshape(-1)
+    top = float(z.max())
+    return float(np.exp(z[token] - top) / np.exp(z - top).sum())
+
+
+_PUNCTUATION_PIECE = re.compile(r"^[\s.,?!;:…\-–—\"')\]]*$")
+
+
+def last_word_probability(pieces: list[str], probs: list[float]) -> float | None:
+    """The least probability among the tokens of the last word, trailing punctuation left
+    out; ``pieces`` are the decoded tokens (a word's first token starts with a space).
+    None when there is no word."""
+    i = len(pieces)
+    while i > 0 and _PUNCTUATION_PIECE.match(pieces[i - 1]):
+        i -= 1
+    word: list[float] = []
+    while i > 0:
+        i -= 1
+        word.append(probs[i])
+        if pieces[i].startswith(" "):
+            break
+    return min(word) if word else None
 
 
 def compression_ratio(text: str) -> float:
@@ -201,10 +231,8 @@ class WhisperAsr:
         verdict = gate.after_asr(result.text, result.no_speech_prob, result.avg_logprob)
         if not verdict.speech:
             log.info("speech gate: %s (heard %r)", verdict.reason, result.text)
-        return Transcript(result.text if verdict.speech else "", result.window, result.frames,
-                          result.no_speech_prob, result.avg_logprob, result.tokens,
-                          raw_text=result.text, fell_back=result.fell_back, gate=verdict,
-                          evidence=evidence)
+        return replace(result, text=result.text if verdict.speech else "",
+                       raw_text=result.text, gate=verdict, evidence=evidence)
 
     def _run(self, samples: np.ndarray, window: Window) -> Transcript:
         if window == "fitted":
@@ -270,14 +298,20 @@ class WhisperAsr:
             storage, [prompt], beam_size=self.beam_size, patience=1.0,
             max_length=len(prompt) + (max_tokens or decode_cap(samples.size)),
             return_scores=True, return_no_speech_prob=True, suppress_blank=True,
+            # The logits of each step (a few ms): the last word's probability.
+            return_logits_vocab=True,
             suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1])),
             max_initial_timestamp_index=50)[0]
         tokens = list(result.sequences_ids[0])
         # As faster-whisper: scores are length-normalized sums; +1 counts the end token.
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         text = tokenizer.decode(tokens).strip()
+        probs = [token_probability(np.asarray(step), t)
+                 for step, t in zip(result.logits[0], tokens, strict=False)]
+        word_prob = last_word_probability([tokenizer.decode([t]) for t in tokens], probs)
         return Transcript(text, "fitted", frames, float(result.no_speech_prob),
-                          float(avg_logprob), len(tokens), raw_text=text)
+                          float(avg_logprob), len(tokens), raw_text=text,
+                          last_word_prob=word_prob)
 
     def _full(self, samples: np.ndarray) -> Transcript:
         """faster-whisper's own path: features padded to 30 s windows."""

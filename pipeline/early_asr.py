@@ -28,11 +28,13 @@ import numpy as np
 
 @dataclass(frozen=True)
 class AsrResult:
-    """What a transcriber said of one utterance; ``avg_logprob`` when it says how sure
-    it was (in-process Whisper; a Wyoming transcript carries no confidence)."""
+    """What a transcriber said of one utterance; ``avg_logprob`` and ``last_word_prob``
+    when it says how sure it was (in-process Whisper; a Wyoming transcript carries no
+    confidence)."""
 
     text: str
     avg_logprob: float | None = None
+    last_word_prob: float | None = None
 
 
 @dataclass

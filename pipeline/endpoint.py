@@ -20,7 +20,11 @@ Rules, in order (the first that matches decides):
    of?" waits longer than it needs to; that costs latency, not a cut-off.
 4. Whisper was unsure of the words (average log-probability below ``min_logprob``, when
    the caller knows it) -> ``default_ms``: misheard fragments come out as confident-looking
-   sentences ("My thigh team mat.").
+   sentences ("My thigh team mat."). Or it was unsure of the last word alone (its
+   probability below ``min_word_prob``): a fragment's last word, cut off by the pause or
+   said as if final, is misheard into a word that ends a sentence ("What should I cook
+   if I only have" -> "... if I only harm?", 0.13; "... more about the" -> "... about
+   them.", 0.2), while the words before it are clear and the average stays high.
 5. a question mark, exclamation or full stop after at least ``min_words`` words ->
    ``complete_ms``; with fewer words Whisper's punctuation means little ("How many?").
    But a statement ("." or "!") whose voice at the pause did not fall (measured by the
@@ -60,6 +64,7 @@ class EndpointReason(StrEnum):
     NUMBER = "number"
     QUESTION = "question"
     UNSURE = "asr_unsure"
+    WORD_UNSURE = "last_word_unsure"
     PITCH_HELD = "pitch_held"
     SENTENCE = "sentence"
     DEFAULT = "default"
@@ -88,12 +93,16 @@ class EndpointPolicy:
     incomplete_ms: int = 1100
     min_words: int = 3
     min_logprob: float = -0.5  # Whisper's average token log-probability
+    # Whisper's probability of the last word: 0.5, the usual mark of a low-confidence
+    # word, not fitted to the corpus (what it costs: docs/live.md).
+    min_word_prob: float = 0.5
     # A statement counts as finished when its pitch ended this far under the speaker's
     # median (semitones; -1 to -3 gave the same result on the tune split).
     final_fall_st: float = -2.0
 
     def decide(self, transcript: str, avg_logprob: float | None = None,
-               prosody: ProsodyCue | None = None) -> EndpointDecision:
+               prosody: ProsodyCue | None = None,
+               last_word_prob: float | None = None) -> EndpointDecision:
         text = transcript.strip()
         words = [w.lower() for w in _WORD.findall(text)]
         if not words or all(w in _FILLERS for w in words):
@@ -108,6 +117,8 @@ class EndpointPolicy:
         if avg_logprob is not None and avg_logprob < self.min_logprob:
             # Whisper was unsure of the words: its punctuation says even less.
             return EndpointDecision(self.default_ms, EndpointReason.UNSURE)
+        if last_word_prob is not None and last_word_prob < self.min_word_prob:
+            return EndpointDecision(self.default_ms, EndpointReason.WORD_UNSURE)
         if text.endswith(("?", "!", ".")) and len(words) >= self.min_words:
             if text.endswith("?"):
                 return EndpointDecision(self.complete_ms, EndpointReason.QUESTION)
@@ -120,5 +131,6 @@ class EndpointPolicy:
         return EndpointDecision(self.default_ms, EndpointReason.DEFAULT)
 
     def wait_ms(self, transcript: str, avg_logprob: float | None = None,
-                prosody: ProsodyCue | None = None) -> int:
-        return self.decide(transcript, avg_logprob, prosody).wait_ms
+                prosody: ProsodyCue | None = None,
+                last_word_prob: float | None = None) -> int:
+        return self.decide(transcript, avg_logprob, prosody, last_word_prob).wait_ms

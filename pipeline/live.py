@@ -128,17 +128,19 @@ class LiveTurn:
 
 def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
                    cue: ProsodyCue) -> EndpointDecision:
-    """The policy on a speculative transcript (its words, Whisper's confidence, the pitch
-    at the pause), recorded in the running turn as ``speculation.endpoint``.
+    """The policy on a speculative transcript (its words, Whisper's confidence in them and
+    in the last word, the pitch at the pause), recorded in the running turn as
+    ``speculation.endpoint``.
 
     After a cut turn's words were rejoined, the policy still judges the new words alone
     (``asr.end``'s ``text``): the confidence and the pitch are of this audio only, the
     last word and its punctuation are the same in the joined text, and a short
     continuation ("after lunch.") keeps the longer wait for few words, which suits a user
     who has just shown they pause inside a request."""
-    logprob = asr_end.data.get("avg_logprob")
+    logprob, word = asr_end.data.get("avg_logprob"), asr_end.data.get("last_word_prob")
     decision = policy.decide(str(asr_end.data.get("text", "")),
-                             float(logprob) if logprob is not None else None, cue)
+                             float(logprob) if logprob is not None else None, cue,
+                             float(word) if word is not None else None)
     runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms, reason=str(decision.reason),
                 pitch_fall_st=round(cue.fall_st, 1))
     return decision

@@ -64,6 +64,7 @@ class Transcriber(Protocol):
 class Recognition(Protocol):
     text: str
     avg_logprob: float
+    last_word_prob: float | None
 
 
 @runtime_checkable
@@ -255,7 +256,7 @@ class TurnRunner:
             raise TurnError("no speech recognizer for this audio")
         if isinstance(asr, ConfidentTranscriber):
             heard = asr.recognize(audio)
-            return AsrResult(heard.text, heard.avg_logprob)
+            return AsrResult(heard.text, heard.avg_logprob, heard.last_word_prob)
         return AsrResult(asr.transcribe(audio))
 
     async def prime(self) -> bool:
@@ -487,6 +488,8 @@ class _Turn:
         transcript = heard.text.strip()
         confidence = ({} if heard.avg_logprob is None
                       else {"avg_logprob": round(heard.avg_logprob, 3)})
+        if heard.last_word_prob is not None:
+            confidence["last_word_prob"] = round(heard.last_word_prob, 3)
         # ``text`` stays the new words alone (the live endpoint policy judges them, with the
         # confidence and pitch of this audio); ``rejoined`` says what goes before them.
         rejoined: dict[str, Any] = ({} if self.rejoined is None

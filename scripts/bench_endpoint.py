@@ -171,6 +171,59 @@ TEST_WHOLE = [
     "Recommend a film for tonight.", "What language do they speak in Brazil?",
     "How old is the universe?", "Turn off the lights in the kitchen.",
 ]
+# Fresh split (session 11): written after the last-word cue was chosen, by looking at the
+# test split's false endpoints, so that a held-out split was never looked at for it.
+FRESH_PAUSED = [
+    ("Can you tell me how to", "clean a cast iron pan?"),
+    ("What is the best way to store", "fresh herbs in the fridge?"),
+    ("I would like to book a table for", "four people on Friday."),
+    ("How many hours of sleep does a", "teenager need?"),
+    ("Remind me to water the", "tomatoes tomorrow morning."),
+    ("Why does bread go stale faster in", "the fridge?"),
+    ("What is the difference between weather and", "climate?"),
+    ("Could you explain how a", "heat pump works?"),
+    ("I need to send a parcel to", "my brother in Spain."),
+    ("How do I get a red wine stain out of", "a white shirt?"),
+    ("What year did the first", "person climb Everest?"),
+    ("Tell me the latest scores from", "the football tonight."),
+    ("My washing machine makes a loud noise when", "it spins."),
+    ("How much should I tip a", "taxi driver in New York?"),
+    ("Is there a quicker way to", "get to the airport?"),
+    ("Which planet has the most", "moons?"),
+    ("Write a short message to", "my neighbour about the fence."),
+    ("What can I make with leftover rice and", "some vegetables?"),
+    ("Turn the heating up", "to twenty one degrees."),
+    ("Can you recommend a podcast", "about history?"),
+    ("I lost my wallet", "on the bus this morning."),
+    ("What should I wear to a job interview", "at a bank?"),
+    ("Tell me a bedtime story", "about a brave little mouse."),
+    ("How do I make my tomatoes", "grow bigger?"),
+    ("Book me a taxi", "for six o'clock."),
+    ("Where can I buy a new charger", "for my laptop?"),
+    ("I am feeling a bit tired today,", "any tips to wake up?"),
+    ("Send a message to my wife", "saying I will be late."),
+    ("Can cats see", "in the dark?"),
+    ("What is a good name for a", "goldfish?"),
+    ("How far is it from London to", "Edinburgh by train?"),
+    ("Explain why the sky turns red at", "sunset."),
+]
+FRESH_WHOLE = [
+    "How do I boil rice?", "What is the tallest building in the world?",
+    "Tell me a riddle.", "Why do onions make you cry?",
+    "How many days are in a leap year?", "Who painted the Mona Lisa?",
+    "What is the capital of Canada?", "Play some jazz.",
+    "How do I unblock a sink?", "What time does the sun set today?",
+    "Can you spell necessary?", "Why do birds fly south in winter?",
+    "Set an alarm for six thirty.", "What is the weather like in Paris?",
+    "How do magnets work?", "Give me a quick breakfast idea.",
+]
+FRESH_COULD_END = frozenset({
+    "Turn the heating up", "Can you recommend a podcast", "I lost my wallet",
+    "What should I wear to a job interview", "Tell me a bedtime story",
+    "How do I make my tomatoes", "Book me a taxi", "Where can I buy a new charger",
+    "I am feeling a bit tired today,", "Send a message to my wife", "Can cats see",
+})
+FRESH_VOICES = ["en-gb-x-gbcwmd", "en-us-nyc", "en-us+m3", "en-gb+f4", "en-029+f2"]
 TUNE_VOICES = ["en-us", "en-gb", "en-us+f3", "en-gb+m3"]
 TEST_VOICES = ["en-gb-scotland", "en-029", "en-gb-x-rp", "en-us+f2", "en-us+m5",
                "en-gb-x-gbclan"]
@@ -223,7 +276,8 @@ def make_corpus(workdir: Path) -> list[Utterance]:
                              int(LEAD_S * SAMPLE_RATE) + speech.size, pause))
 
     for split, paused, whole, voices in (("tune", TUNE_PAUSED, TUNE_WHOLE, TUNE_VOICES),
-                                         ("test", TEST_PAUSED, TEST_WHOLE, TEST_VOICES)):
+                                         ("test", TEST_PAUSED, TEST_WHOLE, TEST_VOICES),
+                                         ("fresh", FRESH_PAUSED, FRESH_WHOLE, FRESH_VOICES)):
         for i, (a, b) in enumerate(paused):
             voice, pause = voices[i % len(voices)], PAUSES_MS[i % len(PAUSES_MS)]
             rate = RATES[i % len(RATES)]
@@ -271,6 +325,7 @@ class ReplayedVad:
 class Heard:
     text: str
     avg_logprob: float
+    last_word_prob: float | None
     cue: ProsodyCue
 
 
@@ -286,7 +341,8 @@ class Listener:
         if k not in self.cache:
             heard = self.asr.recognize(pause.audio)  # type: ignore[attr-defined]
             voiced = pause.audio[:pause.end_sample - pause.start_sample]
-            self.cache[k] = Heard(heard.text, heard.avg_logprob, final_cue(voiced))
+            self.cache[k] = Heard(heard.text, heard.avg_logprob, heard.last_word_prob,
+                                  final_cue(voiced))
         return self.cache[k]
 
 
@@ -297,6 +353,7 @@ class Condition:
     end_ms: int = 600
     confidence: bool = True
     prosody: bool = True
+    word: bool = True  # Whisper's probability of the last word
     ready_ms: int | None = None  # the end is held until the reply is ready (None: not held)
 
 
@@ -321,9 +378,12 @@ def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
             if isinstance(ev, SpeechPause) and c.policy is not None:
                 h = listener.at(u.name, ev)
                 d = c.policy.decide(h.text, h.avg_logprob if c.confidence else None,
-                                    h.cue if c.prosody else None)
-                judged.append(f"{h.text!r} lp {h.avg_logprob:.2f} fall {h.cue.fall_st:+.1f}"
-                              f" slope {h.cue.slope_st_s:+.1f} -> {d.reason} {d.wait_ms}")
+                                    h.cue if c.prosody else None,
+                                    h.last_word_prob if c.word else None)
+                word = "-" if h.last_word_prob is None else f"{h.last_word_prob:.2f}"
+                judged.append(f"{h.text!r} lp {h.avg_logprob:.2f} word {word} fall "
+                              f"{h.cue.fall_st:+.1f} slope {h.cue.slope_st_s:+.1f} -> "
+                              f"{d.reason} {d.wait_ms}")
                 held, wait_ms = c.ready_ms is not None, d.wait_ms
                 seg.end_after(d.wait_ms, held=held)
                 if held:
@@ -343,26 +403,33 @@ def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
 def conditions() -> list[Condition]:
     old = EndpointPolicy(complete_ms=250, default_ms=800, incomplete_ms=1100)
     out = [Condition("fixed 600 ms", None, 600), Condition("fixed 1000 ms", None, 1000),
-           Condition("policy 250/800/1100, text only", old, confidence=False, prosody=False)]
+           Condition("policy 250/800/1100, text only", old, confidence=False, prosody=False,
+                     word=False)]
+    # The grid the thresholds were chosen on (sessions 8-9), without the last-word cue.
     for complete in (250, 400, 500, 600):
         for default in (800, 1000):
             p = replace(old, complete_ms=complete, default_ms=default)
             was = " (the old default)" if p == old else ""
             out.append(Condition(f"policy {complete}/{default}/1100, text + confidence{was}",
-                                 p, prosody=False))
+                                 p, prosody=False, word=False))
             out.append(Condition(f"policy {complete}/{default}/1100, text + confidence + "
-                                 f"pitch ({p.final_fall_st:g} st)", p))
+                                 f"pitch ({p.final_fall_st:g} st)", p, word=False))
     for complete, default in ((250, 800), (500, 1000)):
         for fall in (-1.0, -1.5, -2.5, -3.0):
             p = replace(old, complete_ms=complete, default_ms=default, final_fall_st=fall)
             out.append(Condition(f"policy {complete}/{default}/1100, text + confidence + "
-                                 f"pitch ({fall:g} st)", p))
+                                 f"pitch ({fall:g} st)", p, word=False))
     shipped = EndpointPolicy()
-    out = [replace(c, label=c.label + " (the default)")
-           if c.policy == shipped and c.confidence and c.prosody else c for c in out]
+    out.append(Condition(f"policy {shipped.complete_ms}/{shipped.default_ms}/"
+                         f"{shipped.incomplete_ms}, text + confidence + pitch "
+                         f"({shipped.final_fall_st:g} st) + last word (the default)", shipped))
     for ready in READY_MS:
         out.append(Condition(f"the default, held until the reply is ready {ready} ms after "
                              "the pause", shipped, ready_ms=ready))
+    # The same run without the last-word cue (session 10's default): what the cue buys.
+    out.append(Condition(f"no last-word cue, held until the reply is ready "
+                         f"{COMPLETE_READY_MS} ms after the pause", shipped,
+                         ready_ms=COMPLETE_READY_MS, word=False))
     # The trade `--complete-ms` offers where the reply is ready early (~350 ms after the
     # pause on the session-9 host): a longer wait after a finished sentence.
     for complete in (600, 700, 800, 900):
@@ -388,10 +455,16 @@ def waits(rs: list[dict[str, object]]) -> list[float]:
                   if r["endpoint_wait_ms"] is not None and not r["false_endpoint"])
 
 
+def could_end(row: dict[str, object]) -> bool:
+    """Could the words before the pause be a whole request by themselves?"""
+    return str(row["text"]).split(" | ")[0] in COULD_END | FRESH_COULD_END
+
+
 def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
     lines = ["| endpoint | false: separate | false: ssml | false: both "
-             "| false where part 1 could end | wait p50 / p95 (whole) | wait p95 (all) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| false where part 1 could end | false: mid-sentence "
+             "| wait p50 / p95 (whole) | wait p95 (all) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
 
     def rate(rs: list[dict[str, object]]) -> str:
         false = sum(bool(r["false_endpoint"]) for r in rs)
@@ -402,15 +475,17 @@ def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
         sep = [r for r in rows if r["variant"] == "separate"]
         ssml = [r for r in rows if r["variant"] == "ssml"]
         whole = waits([r for r in rows if r["variant"] == "whole"])
-        could = [r for r in sep + ssml if str(r["text"]).split(" | ")[0] in COULD_END]
+        could = [r for r in sep + ssml if could_end(r)]
+        mid = [r for r in sep + ssml if not (r["variant"] == "separate" and could_end(r))]
         lines.append(f"| {label} | {rate(sep)} | {rate(ssml)} | {rate(sep + ssml)} "
-                     f"| {rate(could)} "
+                     f"| {rate(could)} | {rate(mid)} "
                      f"| {quantile(whole, 0.5)} / {quantile(whole, 0.95)} "
                      f"| {quantile(waits(rows), 0.95)} |")
     return "\n".join(lines)
 
 
 HELD = re.compile(r"the default, held until the reply is ready (\d+) ms")
+NO_WORD = re.compile(r"no last-word cue, held until the reply is ready (\d+) ms")
 COMPLETE = re.compile(r"--complete-ms (\d+), held until the reply is ready (\d+) ms")
 POLICY = re.compile(r"policy (\d+)/(\d+)/\d+, text( only| \+ confidence)"
                     r"(?: \+ pitch \((-?[\d.]+) st\))?")
@@ -424,11 +499,15 @@ def point(label: str, false_pct: float, wait_ms: float | None) -> EndpointPoint:
         tag = f"fixed {m[1]}"
     elif m := HELD.match(label):
         tag, series = f"held {m[1]}", "the default, end held until the reply is ready N ms"
+    elif m := NO_WORD.match(label):
+        tag = f"held {m[1]}, no word cue"
     elif m := COMPLETE.match(label):
         tag = f"complete {m[1]}"
         series = f"--complete-ms N, end held until the reply is ready {m[2]} ms"
     elif m := POLICY.match(label):
         cues = "text" if m[3] == " only" else "+conf" if m[4] is None else f"+pitch {m[4]}"
+        if "last word" in label:
+            cues = "+pitch+word"
         tag = f"{m[1]}/{m[2]} {cues}"
     shipped = label.endswith("(the default)")
     if shipped or label.endswith("(the old default)"):
@@ -466,10 +545,18 @@ def write_report(out: Path, counts: dict[str, dict[str, int]],
         f"{table(results, 'test')}\n\n"
         "## Tune split (the sentences the rules and thresholds were chosen on)\n\n"
         f"{table(results, 'tune')}\n\n"
-        "false: paused utterances ended before their last word (separate: fragments said as "
-        "two utterances; ssml: one utterance with a break). Waits in ms after the real last "
-        "word, false endpoints left out. Policy labels: complete/default/incomplete ms. "
-        "The picture: x the wait p50 (whole), y false: both, of the test split.\n")
+        + (f"## Fresh split (held out from the last-word cue: written after it was chosen "
+           f"on the test split's false endpoints; {len(FRESH_VOICES)} other voices)\n\n"
+           f"{table(results, 'fresh')}\n\n" if counts.get("fresh") else "")
+        + "false: paused utterances ended before their last word (separate: fragments said "
+        "as two utterances; ssml: one utterance with a break). mid-sentence: every paused "
+        "utterance but a whole request said as a finished sentence of its own (the separate "
+        "variant where part 1 could end: 'Call my sister.' ... 'after lunch.'), where the "
+        "words, the falling voice and the silence are those of a finished request. Waits in "
+        "ms after the real last word, false endpoints left out. Policy labels: "
+        "complete/default/incomplete ms; confidence: Whisper's average log-probability; "
+        "last word: its probability of the last word. The picture: x the wait p50 (whole), "
+        "y false: both, of the test split.\n")
     (out / "endpoint.md").write_text(report)
     return report
 
@@ -498,7 +585,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_corpus(Path(tmp))
     counts = {s: {v: sum(u.split == s and u.variant == v for u in corpus)
-                  for v in ("separate", "ssml", "whole")} for s in ("tune", "test")}
+                  for v in ("separate", "ssml", "whole")} for s in ("tune", "test", "fresh")}
     print(f"corpus: {counts}", flush=True)
     print("loading Whisper base ...", flush=True)
     asr = WhisperAsr(models.whisper_model_dir())

@@ -15,6 +15,7 @@ from models_fixture import whisper_model_dir
 
 from pipeline.asr import FULL_WINDOW_FRAMES, WhisperAsr
 from pipeline.audio_in import SAMPLE_RATE, load_wav
+from pipeline.endpoint import EndpointPolicy
 
 pytestmark = pytest.mark.integration
 
@@ -65,6 +66,13 @@ def test_transcribes_shipped_sample(asr: WhisperAsr, name: str, window: str) -> 
     assert result.window == window and not result.fell_back
     assert (result.frames < FULL_WINDOW_FRAMES) == (window == "fitted")
     assert word_error_rate(words(TRANSCRIPTS[name]), words(result.text)) <= MAX_WER, result
+    if window == "fitted":
+        # clear, finished questions: Whisper is sure of the last word, so the endpoint's
+        # last-word cue does not hold them back
+        assert result.last_word_prob is not None
+        assert EndpointPolicy().min_word_prob <= result.last_word_prob <= 1.0, result
+    else:
+        assert result.last_word_prob is None  # faster-whisper's own path does not say
 
 
 def test_keep_warm_leaves_the_next_transcription_unchanged(asr: WhisperAsr) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from fake_llm import FakeLlm, Reply
 from test_live import RecordingSegmenter, until
 from test_prosody import voice
 from test_turn import SENTENCES, FakeAsr, make_runner, tokens
 
+from pipeline.asr import last_word_probability, token_probability
+from pipeline.early_asr import AsrResult
 from pipeline.endpoint import EndpointPolicy, EndpointReason
 from pipeline.live import LiveTurnTaker
 from pipeline.llm_client import LlmClient
@@ -63,6 +66,39 @@ def test_an_unsure_transcript_waits_the_default() -> None:
     assert POLICY.decide("My thigh team mat.", avg_logprob=-0.9).reason == EndpointReason.UNSURE
     assert POLICY.decide("Why is the sky blue?", avg_logprob=-0.2).wait_ms == 250
     assert POLICY.decide("Why is the sky blue?").wait_ms == 250  # confidence unknown
+
+
+def test_a_misheard_last_word_waits_the_default() -> None:
+    # "... if I only have" [pause]: Whisper heard "harm?", sure of every word but the last
+    text = "What should I cook for dinner if I only harm?"
+    unsure = POLICY.decide(text, avg_logprob=-0.26, last_word_prob=0.13)
+    assert unsure.reason == EndpointReason.WORD_UNSURE and unsure.wait_ms == POLICY.default_ms
+    assert POLICY.decide(text, -0.26, last_word_prob=0.97).reason == EndpointReason.QUESTION
+    assert POLICY.decide(text, -0.26).reason == EndpointReason.QUESTION  # not known: text
+    # an incomplete text keeps its longer wait, whatever the last word's probability
+    assert POLICY.decide("Tell me about the", -0.2, last_word_prob=0.1).reason \
+        == EndpointReason.CONTINUING_WORD
+    # the bar is a setting
+    assert EndpointPolicy(min_word_prob=0.1).decide(text, -0.26, last_word_prob=0.13).reason \
+        == EndpointReason.QUESTION
+
+
+def test_the_last_word_is_its_least_likely_token_before_the_punctuation() -> None:
+    pieces = [" What", " should", " I", " cook", " if", " I", " only", " h", "arm", "?"]
+    probs = [0.9, 0.95, 0.99, 0.9, 0.9, 0.99, 0.98, 0.4, 0.13, 0.8]
+    assert last_word_probability(pieces, probs) == 0.13
+    assert last_word_probability([" Call", " my", " sister", "."], [0.9, 0.9, 0.98, 0.3]) \
+        == 0.98  # the full stop's probability is not the word's
+    assert last_word_probability([" Hi", "!", "\"", ""], [0.7, 0.5, 0.5, 0.5]) == 0.7
+    assert last_word_probability(["?"], [0.5]) is None
+    assert last_word_probability([], []) is None
+    assert last_word_probability(["Yes"], [0.6]) == 0.6  # a first word without a space
+
+
+def test_token_probability_is_a_softmax() -> None:
+    logits = np.log(np.array([0.1, 0.2, 0.7], dtype=np.float32)) + 40.0  # raw, unnormalised
+    assert token_probability(logits, 2) == pytest.approx(0.7)
+    assert token_probability(np.array([1000.0, 0.0]), 1) == pytest.approx(0.0)
 
 
 HELD = ProsodyCue(fall_st=-0.5, slope_st_s=-3.0, decay_db=0.0, voiced_frames=80)
@@ -123,3 +159,38 @@ async def test_the_live_path_judges_the_pitch_of_the_pause_audio(llm) -> None:
         live.on_segment(SpeechResumed(audio.size + 3200, 300.0))
         await live.close()
     assert waits == [live.policy.default_ms, live.policy.complete_ms]
+
+
+class UnsureOfTheLastWord(FakeAsr):
+    """Whisper's confidence as ``pipeline.asr.WhisperAsr`` reports it."""
+
+    def __init__(self, text: str, last_word_prob: float) -> None:
+        super().__init__(text)
+        self.last_word_prob = last_word_prob
+
+    def recognize(self, audio: np.ndarray) -> AsrResult:
+        return AsrResult(self.text, -0.2, self.last_word_prob)
+
+
+async def test_the_live_path_judges_whispers_confidence_in_the_last_word(llm) -> None:
+    """The probability travels from the recognizer through ``asr.end`` to the policy: the
+    same question waits the default when Whisper was unsure of its last word."""
+    fake, client = llm
+    waits, recorded = [], []
+    audio = voice(160, 110)  # a falling voice: the pitch does not hold it
+    for prob in (0.13, 0.97):
+        runner = await make_runner(fake, client, max_sentences=1)
+        runner.asr = UnsureOfTheLastWord("What should I cook for dinner if I only harm?", prob)
+        heard: list[object] = []
+        runner.listeners.append(lambda e, heard=heard: heard.append(e.data["last_word_prob"])
+                                if e.name == "asr.end" else None)
+        seg = RecordingSegmenter()
+        live = LiveTurnTaker(runner, seg, on_turn=lambda turn: None)
+        live.on_segment(SpeechPause(audio, 0, audio.size, audio.size / 16, audio.size + 3200))
+        await until(lambda seg=seg: bool(seg.ends))
+        waits.append(seg.ends[0])
+        recorded.append(heard)
+        live.on_segment(SpeechResumed(audio.size + 3200, 300.0))
+        await live.close()
+    assert waits == [live.policy.default_ms, live.policy.complete_ms]
+    assert recorded == [[0.13], [0.97]]

@@ -200,6 +200,7 @@ async def test_an_unsure_speculative_transcript_waits_the_default(llm) -> None:
     class Heard:
         text: str
         avg_logprob: float
+        last_word_prob: float | None = None
 
     class UnsureAsr(FakeAsr):
         def recognize(self, audio: np.ndarray) -> Heard:
