@@ -123,10 +123,19 @@ class Rejoined:
 
 def join_transcripts(earlier: str, new: str) -> str:
     """One user message from two transcripts: "Call my sister." + "After lunch." ->
-    "Call my sister. After lunch." Each keeps Whisper's own punctuation and case; the
-    full stop Whisper put at the pause reads as a sentence break, which is how it was said."""
+    "Call my sister. After lunch." Each keeps Whisper's own punctuation; the full stop
+    Whisper put at the pause reads as a sentence break, which is how it was said. Where it
+    put none, the sentence goes on, so the capital Whisper gives every utterance's first
+    word goes ("Call my sister" + "After lunch." -> "Call my sister after lunch."), but
+    not that of "I" or of a word in capitals ("TV")."""
     earlier, new = earlier.strip(), new.strip()
-    return f"{earlier} {new}" if earlier and new else earlier or new
+    if not (earlier and new):
+        return earlier or new
+    first = new.split(maxsplit=1)[0]
+    goes_on = not earlier.endswith((".", "?", "!", "…"))
+    if goes_on and first[:1].isupper() and first[1:2].islower():
+        new = new[0].lower() + new[1:]
+    return f"{earlier} {new}"
 
 
 class TurnError(Exception):

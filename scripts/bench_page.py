@@ -24,8 +24,11 @@ audio as the server got it (``asr.start`` ``audio_s``) less its silence after th
 (``turn.start`` ``speech_end_ms``) must reach the question's voiced span
 (``covers_question``).
 
+``--gap-share`` adds a third app, speculation on with Whisper waiting for the pause rather
+than starting at the page's 100 ms gap (``serve --no-early-asr``): the gap's share.
+
     flock /tmp/cpu.lock scripts/bench_page.py [--llm-url URL] [--rounds 2] [--out out/page]
-                                              [--paused N]
+                                              [--paused N] [--gap-share]
 """
 
 from __future__ import annotations
@@ -107,6 +110,9 @@ PAUSED_DONE = """import('/static/capture.js').then(({capture}) => {
     && answered + errors >= sent && started.every(t => done.has(t));
 })"""
 COVER_SLACK_S = 0.3  # the page's VAD may call a word's quiet tail silence before ours does
+# (name, speculate, early_asr): the two apps every run compares, and --gap-share's third.
+CONDITIONS = [("on", True, True), ("off", False, True)]
+GAP_SHARE = [("on, no gap", True, False)]
 
 
 async def paused_turn(cdp: Cdp, url: str, wav_s: float) -> list[dict[str, Any]]:
@@ -255,21 +261,23 @@ async def bench(args: argparse.Namespace, wavs: list[Path],
     assistant.config = replace(assistant.config, max_sentences=1)
     urls: dict[str, str] = {}
     runners: list[web.AppRunner] = []
-    for name, speculate in (("on", True), ("off", False)):
-        runner = web.AppRunner(create_app(assistant, speculate=speculate))
+    conditions = CONDITIONS + (GAP_SHARE if args.gap_share else [])
+    for name, speculate, early_asr in conditions:
+        runner = web.AppRunner(create_app(assistant, speculate=speculate, early_asr=early_asr))
         await runner.setup()
         port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         urls[name] = f"http://127.0.0.1:{port}/"
         runners.append(runner)
-    turns: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
-    asked: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}  # the paused questions
+    names = [c[0] for c in conditions]
+    turns: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    asked: dict[str, list[dict[str, Any]]] = {name: [] for name in names}  # paused ones
     try:
         for i, wav in enumerate(wavs + paused):
             with chromium(binary, wav) as port:
                 async with devtools(port) as cdp:
                     for r in range(args.rounds):
-                        order = ["on", "off"] if (i + r) % 2 == 0 else ["off", "on"]
+                        order = names if (i + r) % 2 == 0 else names[::-1]
                         for name in order:
                             if wav in paused:
                                 asked[name].append(await ask_paused(cdp, urls[name], wav,
@@ -308,22 +316,32 @@ async def ask_paused(cdp: Cdp, url: str, wav: Path, name: str, round_: int) -> d
     return q
 
 
+def ratio(c: dict[str, Any], a: str, b: str) -> str:
+    """p50 from the last sound, condition a over condition b."""
+    x, y = c[a]["from_last_sound_ms"]["p50"], c[b]["from_last_sound_ms"]["p50"]
+    return f"{x / y:.2f}" if x and y else "n/a"
+
+
 def markdown(report: dict[str, Any]) -> str:
     c = report["conditions"]
+    names = list(c)
 
     def cell(name: str, key: str) -> str:
         s = c[name][key]
         return f"{s['p50']} ({s['p95']})"
 
-    rows = ["| ms, p50 (p95) | speculation on | speculation off |", "|---|---:|---:|"]
+    rows = ["| ms, p50 (p95) | " + " | ".join(f"speculation {n}" for n in names) + " |",
+            "|---|" + "---:|" * len(names)]
     for label, key in [("from the last sound", "from_last_sound_ms"),
                        ("endpoint wait (page)", "endpoint_wait_ms"),
                        ("t = 0 -> first audio", "first_audio_ms"), ("asr", "asr_ms")]:
-        rows.append(f"| {label} | {cell('on', key)} | {cell('off', key)} |")
-    on, off = c["on"]["from_last_sound_ms"]["p50"], c["off"]["from_last_sound_ms"]["p50"]
-    ratio = f"{on / off:.2f}" if on and off else "n/a"
+        rows.append(f"| {label} | " + " | ".join(cell(n, key) for n in names) + " |")
+    no_gap = GAP_SHARE[0][0]
+    gap = (f"; on / {no_gap} = {ratio(c, 'on', no_gap)} (what Whisper from the page's gap "
+           f"saves), {no_gap} / off = {ratio(c, no_gap, 'off')}" if no_gap in c else "")
     return "\n".join(rows) + (
-        f"\n\nfrom-last-sound p50 on/off = {ratio}; turns {c['on']['turns']} + "
+        f"\n\nfrom-last-sound p50 on/off = {ratio(c, 'on', 'off')}{gap}; turns "
+        f"{c['on']['turns']} + "
         f"{c['off']['turns']}, errors {c['on']['errors']} + {c['off']['errors']}; "
         f"speculation: {c['on']['confirmed']} confirmed, {c['on']['started']} started, "
         f"{c['on']['cancelled']} cancelled; the page ended at the server's endpoint "
@@ -341,10 +359,12 @@ def paused_markdown(report: dict[str, Any]) -> str:
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(r.items()))
         return f"{sum(r.values())} ({reasons})" if r else "0"
 
-    rows = [f"\nPaused questions ({c['on']['questions']} + {c['off']['questions']}: "
+    names = list(c)
+    rows = [f"\nPaused questions ({' + '.join(str(c[n]['questions']) for n in names)}: "
             f"espeak-ng, a {PAUSE_MS} ms pause mid-sentence; counted, not in the table "
-            "above):\n", "| paused questions | speculation on | speculation off |",
-            "|---|---:|---:|"]
+            "above):\n",
+            "| paused questions | " + " | ".join(f"speculation {n}" for n in names) + " |",
+            "|---|" + "---:|" * len(names)]
     for label, key in [("false endpoints (a turn answered on part of the question)",
                         "false_endpoints"), ("answered turns", "answered_turns"),
                        ("speculations started", "started"), ("confirmed", "confirmed"),
@@ -352,17 +372,17 @@ def paused_markdown(report: dict[str, Any]) -> str:
                        ("cancelled, slot confirmed idle", "cancelled_idle"),
                        ("cancelled before the LLM request", "cancelled_unasked"),
                        ("dropped", "dropped"), ("hold", "holds")]:
-        rows.append(f"| {label} | {c['on'][key]} | {c['off'][key]} |")
-    rows.append(f"| ready (reason) | {readies('on')} | {readies('off')} |")
-    rows.append(f"| errors | {c['on']['errors']} | {c['off']['errors']} |")
+        rows.append(f"| {label} | " + " | ".join(str(c[n][key]) for n in names) + " |")
+    rows.append("| ready (reason) | " + " | ".join(readies(n) for n in names) + " |")
+    rows.append("| errors | " + " | ".join(str(c[n]["errors"]) for n in names) + " |")
     notes = ["\nFalse endpoints are judged on the audio, not the words: an answered turn's "
              "audio up to its last voiced frame (`asr.start` audio_s less the silence after "
              "the voice: `turn.start` speech_end_ms, less `early_ms` when Whisper started at "
              f"a gap) shorter than the question's voiced span less {COVER_SLACK_S} s."]
-    unjudged = c["on"]["unjudged"] + c["off"]["unjudged"]
+    unjudged = sum(c[n]["unjudged"] for n in names)
     if unjudged:
         notes.append(f" {unjudged} answered turns had no audio length to judge by.")
-    full = c["on"]["log_full"] + c["off"]["log_full"]
+    full = sum(c[n]["log_full"] for n in names)
     if full:
         notes.append(f" {full} questions filled the page's 500-message log: counts may "
                      "be short.")
@@ -381,6 +401,9 @@ def main() -> int:
                    help=f"also ask N (at most {len(PAUSED)}) espeak-ng questions with a "
                    f"{PAUSE_MS} ms pause mid-sentence each round, per condition: counted "
                    "(speculations cancelled, hold / ready, false endpoints), not timed")
+    p.add_argument("--gap-share", action="store_true",
+                   help="a third condition, speculation on with Whisper waiting for the "
+                   "pause (serve --no-early-asr): what starting it at the page's gap saves")
     args = p.parse_args()
     if not 0 <= args.paused <= len(PAUSED):
         p.error(f"--paused takes 0 to {len(PAUSED)}")

@@ -1,6 +1,8 @@
 """PNG of the false-endpoint trade (scripts/bench_endpoint.py): one point per condition.
 
-x: the wait after the last word on whole questions (p50, ms), what every turn pays;
+x: the wait after the last word on whole questions (the mean, ms), what every turn pays
+(the mean, not the p50: these waits fall in two groups, ~600 and >= 1000 ms, and the p50
+jumps between them when one question crosses);
 y: false endpoints, % of the paused utterances (the assistant answering half a question).
 A condition down and to the left is better on both. Points of one series (the end held
 until the reply is ready N ms after the pause; the --complete-ms trade) are joined in the
@@ -25,7 +27,7 @@ class EndpointPoint:
     label: str  # the condition, as the report's table names it
     tag: str  # the short name written beside the point
     false_pct: float  # false endpoints, % of the paused utterances
-    wait_p50_ms: float | None  # None: no whole question ended (nothing to place on x)
+    wait_ms: float | None  # None: no whole question ended (nothing to place on x)
     series: str | None = None  # points sharing a series are joined by a line, in order
     highlight: bool = False  # e.g. the shipped default: drawn larger
 
@@ -38,7 +40,7 @@ def figure(points: Sequence[EndpointPoint], title: str = "") -> Any:
     import matplotlib.pyplot as plt
 
     # (point, its x): the points with a wait; the others are listed under the axes.
-    placed = [(p, p.wait_p50_ms) for p in points if p.wait_p50_ms is not None]
+    placed = [(p, p.wait_ms) for p in points if p.wait_ms is not None]
     fig, ax = plt.subplots(figsize=(10, 6.5), dpi=110)
     series = list(dict.fromkeys(p.series for p, _ in placed if p.series is not None))
     colors = {s: SERIES_COLORS[i % len(SERIES_COLORS)] for i, s in enumerate(series)}
@@ -53,7 +55,7 @@ def figure(points: Sequence[EndpointPoint], title: str = "") -> Any:
                edgecolors="black", linewidths=0.5, zorder=3)
     ax.axhline(TARGET_PCT, color="red", ls="--", lw=1,
                label=f"target: at most {TARGET_PCT:g} % false endpoints")
-    ax.set_xlabel("wait after the last word on whole questions (p50, ms)")
+    ax.set_xlabel("wait after the last word on whole questions (mean, ms)")
     ax.set_ylabel("false endpoints (% of the paused utterances)")
     ax.set_ylim(bottom=-1)
     ax.margins(x=0.06)
@@ -61,7 +63,7 @@ def figure(points: Sequence[EndpointPoint], title: str = "") -> Any:
                  fontsize=10, loc="left")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
-    missing = [p.tag for p in points if p.wait_p50_ms is None]
+    missing = [p.tag for p in points if p.wait_ms is None]
     if missing:
         fig.text(0.01, 0.005, "not drawn (no whole question ended): " + ", ".join(missing),
                  fontsize=7)

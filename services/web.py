@@ -94,6 +94,7 @@ class AppState:
     rate: RateLimiter | None = None
     supervision: SharedCheck | None = None
     speculate: bool = True  # the page's pauses start speculative turns (services/web_live.py)
+    early_asr: bool = True  # Whisper starts at the page's gaps (services/web_gap.py)
     sessions: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     sockets: dict[str, web.WebSocketResponse] = field(default_factory=dict)
     api_sessions: dict[str, v1.ApiSession] = field(default_factory=dict)
@@ -129,7 +130,7 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
                ws_max_messages_per_s: float = 200.0,
                rate_limit_per_minute: int = DEFAULT_PER_MINUTE,
                supervisor: Supervisor | None = None,
-               speculate: bool = True) -> web.Application:
+               speculate: bool = True, early_asr: bool = True) -> web.Application:
     limits = Limits(max_upload_bytes=max_upload_bytes, max_utterance_s=max_utterance_s,
                     max_messages_per_s=ws_max_messages_per_s)
     sink = InstantSink()
@@ -142,7 +143,7 @@ def create_app(assistant: Assistant, *, max_upload_bytes: int = DEFAULT_MAX_UPLO
     state = AppState(assistant, limits, legacy, ServiceMetrics(), pool, api_key or None,
                      max_sessions, queue_timeout_s,
                      RateLimiter(rate_limit_per_minute) if rate_limit_per_minute else None,
-                     speculate=speculate)
+                     speculate=speculate, early_asr=early_asr)
     if supervisor is not None:
         state.supervision = SharedCheck(supervisor,
                                         lambda line: state.metrics.llm_restarts.inc())
@@ -260,6 +261,7 @@ async def websocket(request: web.Request) -> web.WebSocketResponse:
                              on_queue=state.metrics.queue_wait.observe,
                              on_result=lambda r, n: state.turn_done(r, "ws", n),
                              before_turn=state.llm_ready, speculate=state.speculate,
+                             early_asr=state.early_asr,
                              on_speculation=lambda outcome:
                              state.metrics.speculations.labels(outcome).inc())
     task = asyncio.create_task(session.serve(), name=f"ws-session-{session_id}")
@@ -565,6 +567,10 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    "fixed 700 ms of silence (default: hands-free, a turn starts at the "
                    "first 200 ms pause and the endpoint policy sets the silence that ends "
                    "it; docs/live.md)")
+    p.add_argument("--no-early-asr", dest="early_asr", action="store_false",
+                   help="with speculation, Whisper waits for the page's 200 ms pause "
+                   "instead of starting at its 100 ms gap: what starting early saves, "
+                   "measured (scripts/bench_page.py --gap-share; docs/live.md)")
     add_asr_window_option(p)
     add_engine_options(p)  # --asr / --tts: in-process or a Wyoming speech server
 
@@ -600,6 +606,7 @@ async def _serve(args: argparse.Namespace) -> int:
                      slots=slots, api_key=args.api_key, max_sessions=args.max_sessions,
                      queue_timeout_s=args.queue_timeout, idle_lease_s=args.idle_lease,
                      rate_limit_per_minute=args.rate_limit, speculate=args.speculate,
+                     early_asr=args.early_asr,
                      # a managed server that dies is restarted after the failed turn
                      supervisor=Supervisor(assistant.llm_url))
     app_runner = web.AppRunner(app, access_log=None)

@@ -110,9 +110,10 @@ class Speculation:
 
 class PageSpeculator:
     def __init__(self, runner: TurnRunner, outbox: Outbox, *, enabled: bool = True,
-                 policy: EndpointPolicy | None = None) -> None:
+                 early_asr: bool = True, policy: EndpointPolicy | None = None) -> None:
         self.runner, self.outbox = runner, outbox
         self.enabled = enabled
+        self.early_asr = early_asr  # False: gaps are counted, Whisper waits for the pause
         self.policy = policy or EndpointPolicy()
         self.current: Speculation | None = None  # of the open utterance
         self.running: Speculation | None = None  # whose turn TurnRunner runs now
@@ -134,7 +135,8 @@ class PageSpeculator:
         utterance.gaps += 1
         self.gap = None  # an older one is about fewer words
         last = self.last_gap
-        if not self.may_speculate(free) or (last is not None and last.running):
+        if not (self.early_asr and self.may_speculate(free)) or (last is not None
+                                                                  and last.running):
             return False
         self.gap = self.last_gap = PageGap.start(utterance, voiced_ms, silence_ms, decode,
                                                  self.runner.recognize, self.tasks.spawn)

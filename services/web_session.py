@@ -187,7 +187,7 @@ class BrowserSession:
                  on_result: Callable[[TurnResult, int], None] | None = None,
                  before_turn: Callable[[], Awaitable[None]] | None = None,
                  on_speculation: Callable[[str], None] | None = None,
-                 speculate: bool = True) -> None:
+                 speculate: bool = True, early_asr: bool = True) -> None:
         self.id = session_id
         self.pool = pool
         self.lease = Lease(session_id)
@@ -208,7 +208,8 @@ class BrowserSession:
         self.runner = assistant.runner(self.sink, Conversation(), listeners=[self.on_event])
         self.bargein = BargeIn(self.runner)
         self.runner.listeners.append(self.bargein.on_event)
-        self.speculator = PageSpeculator(self.runner, self.outbox, enabled=speculate)
+        self.speculator = PageSpeculator(self.runner, self.outbox, enabled=speculate,
+                                         early_asr=early_asr)
         self.cuts = CutWords()  # the words of a turn the user's voice cut, not kept
         self._by_voice = False  # a barge-in by the user's voice is being triggered
         self.runner.listeners.append(self.speculator.on_event)

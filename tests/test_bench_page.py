@@ -105,3 +105,25 @@ def test_the_report_puts_the_counts_beside_the_timing_table() -> None:
     assert "| false endpoints (a turn answered on part of the question) | 0 | 1 |" in text
     assert "| ready (reason) | 1 (audio 1) | 0 |" in text
     assert bench_page.paused_markdown({"conditions": {}}) == ""
+
+
+def timing(p50: float) -> dict[str, Any]:
+    """A condition's summary as bench_page.summary makes it, every timing at ``p50``."""
+    s = {"p50": p50, "p95": p50 + 100}
+    return {"from_last_sound_ms": s, "endpoint_wait_ms": s, "first_audio_ms": s,
+            "asr_ms": s, "turns": 12, "errors": 0, "confirmed": 12, "started": 14,
+            "cancelled": 2, "ended_at_server_endpoint": 12}
+
+
+def test_the_gap_share_is_a_third_column_and_two_more_ratios() -> None:
+    names = [c[0] for c in bench_page.CONDITIONS + bench_page.GAP_SHARE]
+    assert names == ["on", "off", "on, no gap"]
+    report = {"conditions": {"on": timing(600), "off": timing(1000),
+                             "on, no gap": timing(700)}}
+    text = bench_page.markdown(report)
+    assert "| speculation on | speculation off | speculation on, no gap |" in text
+    assert "| from the last sound | 600 (700) | 1000 (1100) | 700 (800) |" in text
+    assert "on/off = 0.60; on / on, no gap = 0.86" in text and "on, no gap / off = 0.70" in text
+    # without the third condition, the report is the two columns it always was
+    two = bench_page.markdown({"conditions": {"on": timing(600), "off": timing(1000)}})
+    assert "no gap" not in two and "| from the last sound | 600 (700) | 1000 (1100) |" in two

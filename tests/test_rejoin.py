@@ -64,6 +64,12 @@ async def runner_for(fake: Any, client: Any) -> TurnRunner:
 def test_the_transcripts_join_with_their_punctuation() -> None:
     assert join_transcripts("Call my sister.", " After lunch.") == "Call my sister. After lunch."
     assert join_transcripts("Call my sister", "after lunch") == "Call my sister after lunch"
+    # no full stop at the pause: the sentence goes on, without Whisper's capital
+    assert join_transcripts("Call my sister", "After lunch.") == "Call my sister after lunch."
+    assert join_transcripts("Can you tell me", "I think it's late") \
+        == "Can you tell me I think it's late"
+    assert join_transcripts("Put on the", "TV please") == "Put on the TV please"
+    assert join_transcripts("Is it true?", "Really?") == "Is it true? Really?"
     assert join_transcripts("", "After lunch.") == "After lunch."
 
 

@@ -100,14 +100,19 @@ def speculate() -> bool:
 
 
 @pytest.fixture
-async def web_app(speculate: bool) -> AsyncIterator[Web]:
+def early_asr() -> bool:
+    return True  # serve's default; --no-early-asr tests override this fixture
+
+
+@pytest.fixture
+async def web_app(speculate: bool, early_asr: bool) -> AsyncIterator[Web]:
     tts, asr = FakeTts(), FakeAsr()
     async with FakeLlm(Reply(tokens=tokens(REPLY), token_delay=0.005)) as fake:
         llm = LlmClient(fake.url)
         await llm.__aenter__()
         assistant = Assistant(asr, tts, llm, fake.url)  # type: ignore[arg-type]
         app = create_app(assistant, max_upload_bytes=UPLOAD_LIMIT, max_utterance_s=2.0,
-                         speculate=speculate)
+                         speculate=speculate, early_asr=early_asr)
         try:
             async with TestClient(TestServer(app)) as client:
                 yield Web(client, fake, tts, asr)
@@ -833,6 +838,31 @@ async def test_ws_a_gap_starts_whisper_and_the_pause_takes_its_transcript(
     assert spec["state"] == "confirmed" and spec["gaps"] == 1
     assert spec["early_asr_started"] == 1 and spec["early_asr_used"] == 1
     assert web_app.asr.heard == [16000 + 1600]
+    await ws.close()
+
+
+@pytest.mark.parametrize("early_asr", [False])
+async def test_ws_no_early_asr_counts_the_gap_and_transcribes_at_the_pause(
+        web_app: Web) -> None:
+    """serve --no-early-asr: the same messages as above, but Whisper waits for the pause
+    (bench_page --gap-share measures the difference)."""
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, VOICE + GAP)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 1000})
+    await send_pcm(ws, GAP)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200,
+                        "voiced_ms": 1000})
+    got = await receive_until(ws, is_endpoint)
+    assert web_app.asr.heard == [16000 + 3200]  # at the pause, on the audio up to it
+    (start,) = asr_start(got)
+    assert "early_ms" not in start
+    await send_pcm(ws, SILENCE + SILENCE[:1600])
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
+    got = await receive_until(ws, is_result, into=got)
+    spec = got.of("turn.result")[0]["speculation"]
+    assert spec["state"] == "confirmed" and spec["gaps"] == 1
+    assert spec["early_asr_started"] == 0 and spec["early_asr_used"] == 0
     await ws.close()
 
 
