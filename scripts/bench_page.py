@@ -296,6 +296,8 @@ async def bench(args: argparse.Namespace, wavs: list[Path],
             await runner.cleanup()
         await assistant.close()
     report = {"conditions": {k: summary(v) for k, v in turns.items()}, "turns": turns}
+    if (gain := paired_gain(turns, "on", GAP_SHARE[0][0])) is not None:
+        report["gap_gain"] = gain
     if paused:
         report["paused"] = {"conditions": {k: paused_summary(v) for k, v in asked.items()},
                             "questions": asked}
@@ -314,6 +316,29 @@ async def ask_paused(cdp: Cdp, url: str, wav: Path, name: str, round_: int) -> d
           f"{q['started']} started / {q['cancelled']} cancelled, holds {q['holds']}, "
           f"ready {q['readies']}", file=sys.stderr, flush=True)
     return q
+
+
+def paired_gain(turns: dict[str, list[dict[str, Any]]], a: str, b: str
+                ) -> dict[str, Any] | None:
+    """From the last sound, condition a less condition b, per question and round, where
+    the endpoint policy judged the same wait in both: the p50s also move with the policy's
+    verdicts (a 1000 ms "unsure" in one condition and not the other), which this leaves
+    out. None if either condition is missing."""
+    if a not in turns or b not in turns:
+        return None
+    theirs = {(t["file"], t["round"]): t for t in turns[b]}
+    diffs = []
+    for t in turns[a]:
+        u = theirs.get((t["file"], t["round"]))
+        if u is None:
+            continue
+        x = t["metrics"].get("first_audio_from_speech_end_ms")
+        y = u["metrics"].get("first_audio_from_speech_end_ms")
+        same = (t["speculation"] or {}).get("wait_ms") == (u["speculation"] or {}).get("wait_ms")
+        if same and x is not None and y is not None:
+            diffs.append(float(x) - float(y))
+    return {"pairs": len(diffs), "of": len(turns[a]),
+            "median_ms": round(statistics.median(diffs)) if diffs else None}
 
 
 def ratio(c: dict[str, Any], a: str, b: str) -> str:
@@ -339,6 +364,10 @@ def markdown(report: dict[str, Any]) -> str:
     no_gap = GAP_SHARE[0][0]
     gap = (f"; on / {no_gap} = {ratio(c, 'on', no_gap)} (what Whisper from the page's gap "
            f"saves), {no_gap} / off = {ratio(c, no_gap, 'off')}" if no_gap in c else "")
+    if (gain := report.get("gap_gain")) and gain["median_ms"] is not None:
+        gap += (f"; paired, the same question and round where the policy judged the same "
+                f"wait in both ({gain['pairs']} of {gain['of']}): on less {no_gap} "
+                f"{gain['median_ms']:+d} ms (median)")
     return "\n".join(rows) + (
         f"\n\nfrom-last-sound p50 on/off = {ratio(c, 'on', 'off')}{gap}; turns "
         f"{c['on']['turns']} + "
@@ -404,7 +433,19 @@ def main() -> int:
     p.add_argument("--gap-share", action="store_true",
                    help="a third condition, speculation on with Whisper waiting for the "
                    "pause (serve --no-early-asr): what starting it at the page's gap saves")
+    p.add_argument("--report-only", type=Path, metavar="DIR",
+                   help="write page.md again from DIR/page.json (a finished run), run nothing")
     args = p.parse_args()
+    if args.report_only is not None:
+        saved = args.report_only / "page.json"
+        if not saved.is_file():
+            p.error(f"--report-only: no {saved}")
+        report = json.loads(saved.read_text())
+        if (gain := paired_gain(report["turns"], "on", GAP_SHARE[0][0])) is not None:
+            report["gap_gain"] = gain
+        (args.report_only / "page.md").write_text(markdown(report))
+        print(markdown(report))
+        return 0
     if not 0 <= args.paused <= len(PAUSED):
         p.error(f"--paused takes 0 to {len(PAUSED)}")
     out = Path(args.out)

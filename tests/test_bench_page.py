@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from script_module import load_script
@@ -127,3 +131,37 @@ def test_the_gap_share_is_a_third_column_and_two_more_ratios() -> None:
     # without the third condition, the report is the two columns it always was
     two = bench_page.markdown({"conditions": {"on": timing(600), "off": timing(1000)}})
     assert "no gap" not in two and "| from the last sound | 600 (700) | 1000 (1100) |" in two
+
+
+def timed(file: str, round_: int, ms: float, wait_ms: int) -> dict[str, Any]:
+    return {"file": file, "round": round_, "metrics": {"first_audio_from_speech_end_ms": ms},
+            "speculation": {"wait_ms": wait_ms}}
+
+
+def test_the_gap_gain_pairs_turns_the_policy_judged_alike() -> None:
+    on = [timed("a", 1, 600, 500), timed("b", 1, 1000, 1000), timed("c", 1, 650, 500)]
+    no_gap = [timed("a", 1, 700, 500), timed("b", 1, 750, 500), timed("c", 1, 690, 500)]
+    gain = bench_page.paired_gain({"on": on, "on, no gap": no_gap}, "on", "on, no gap")
+    # "b" is left out: a 1000 ms verdict in one condition, 500 in the other
+    assert gain == {"pairs": 2, "of": 3, "median_ms": -70}
+    assert bench_page.paired_gain({"on": on}, "on", "on, no gap") is None
+    report = {"conditions": {"on": timing(600), "off": timing(1000),
+                             "on, no gap": timing(700)}, "gap_gain": gain}
+    assert "(2 of 3): on less on, no gap -70 ms (median)" in bench_page.markdown(report)
+
+
+def test_report_only_writes_page_md_again_with_the_paired_gain(tmp_path: Path) -> None:
+    on = [timed("a", 1, 600, 500)]
+    report = {"conditions": {"on": timing(600), "off": timing(1000),
+                             "on, no gap": timing(700)},
+              "turns": {"on": on, "off": [], "on, no gap": [timed("a", 1, 650, 500)]}}
+    (tmp_path / "page.json").write_text(json.dumps(report))
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_page.py"
+    run = subprocess.run([sys.executable, str(script), "--report-only", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "on less on, no gap -50 ms (median)" in (tmp_path / "page.md").read_text()
+    missing = subprocess.run([sys.executable, str(script), "--report-only",
+                              str(tmp_path / "nope")], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "no " in missing.stderr
