@@ -236,6 +236,8 @@ VARIANTS = ("separate", "ssml")
 # ~600-890 ms on slower ones.
 READY_MS = (300, 350, 450, 600, 750)
 COMPLETE_READY_MS = 350
+PIPELINE_MS = 420  # bench_live, session 11: t0 -> first audio p50 with speculation
+PAUSES_TRIED_MS = (128, 160, 200)
 
 
 def speak(text: str, voice: str, rate: int, workdir: Path, ssml: bool = False) -> np.ndarray:
@@ -355,12 +357,13 @@ class Condition:
     prosody: bool = True
     word: bool = True  # Whisper's probability of the last word
     ready_ms: int | None = None  # the end is held until the reply is ready (None: not held)
+    pause_ms: int = 200  # the silence that starts the speculative turn (talk's --pause-ms)
 
 
 def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
             ) -> dict[str, object]:
     seg = UtteranceSegmenter(vad, SegmenterConfig(end_silence_ms=c.end_ms,
-                                                  pause_ms=200 if c.policy else None))
+                                                  pause_ms=c.pause_ms if c.policy else None))
     vad.start(u.name)
     block = SAMPLE_RATE // 50
     ends: list[UtteranceEnd] = []
@@ -437,6 +440,13 @@ def conditions() -> list[Condition]:
                              f"{COMPLETE_READY_MS} ms after the pause",
                              replace(shipped, complete_ms=complete),
                              ready_ms=COMPLETE_READY_MS))
+    # --pause-ms, with the pipeline's time from the pause to the first audio fixed at what
+    # talk measured in session 11 (t0 -> first audio p50): a shorter pause starts the turn,
+    # and so ends the hold, that much sooner after the last word.
+    for pause in PAUSES_TRIED_MS:
+        out.append(Condition(f"--pause-ms {pause}, held until the reply is ready "
+                             f"{PIPELINE_MS} ms after the pause", shipped,
+                             ready_ms=PIPELINE_MS, pause_ms=pause))
     return out
 
 
@@ -496,6 +506,7 @@ def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
 HELD = re.compile(r"the default, held until the reply is ready (\d+) ms")
 NO_WORD = re.compile(r"no last-word cue, held until the reply is ready (\d+) ms")
 COMPLETE = re.compile(r"--complete-ms (\d+), held until the reply is ready (\d+) ms")
+PAUSE = re.compile(r"--pause-ms (\d+), held until the reply is ready (\d+) ms")
 POLICY = re.compile(r"policy (\d+)/(\d+)/\d+, text( only| \+ confidence)"
                     r"(?: \+ pitch \((-?[\d.]+) st\))?")
 
@@ -510,6 +521,9 @@ def point(label: str, false_pct: float, wait_ms: float | None) -> EndpointPoint:
         tag, series = f"held {m[1]}", "the default, end held until the reply is ready N ms"
     elif m := NO_WORD.match(label):
         tag = f"held {m[1]}, no word cue"
+    elif m := PAUSE.match(label):
+        tag = f"pause {m[1]}, ready {m[2]}"
+        series = f"--pause-ms N, end held until the reply is ready {m[2]} ms after it"
     elif m := COMPLETE.match(label):
         tag = f"complete {m[1]}"
         series = f"--complete-ms N, end held until the reply is ready {m[2]} ms"

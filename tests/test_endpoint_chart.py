@@ -79,10 +79,15 @@ def test_every_condition_gets_a_short_tag_and_its_series() -> None:
     tags = [p.tag for p in points]
     assert len(set(tags)) == len(tags), tags  # no two conditions look alike on the picture
     assert all(len(t) <= 30 for t in tags), tags
-    held = [p for p in points if p.series is not None and "complete" not in p.tag]
+    held = [p for p in points if p.series is not None and p.tag.startswith("held ")]
     complete = [p for p in points if p.tag.startswith("complete ")]
+    pause = [p for p in points if p.tag.startswith("pause ")]
     assert [p.tag for p in held] == [f"held {ms}" for ms in bench.READY_MS]
     assert len(complete) == 4 and len({p.series for p in complete}) == 1
+    assert [p.tag for p in pause] == [f"pause {ms}, ready {bench.PIPELINE_MS}"
+                                      for ms in bench.PAUSES_TRIED_MS]
+    assert len({p.series for p in pause}) == 1 and pause[0].series not in {
+        p.series for p in held + complete}
     assert sum(p.highlight for p in points) == 1
     assert "fixed 600" in tags and "250/800 text" in tags
 
