@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the PulseAudio helpers the tests use
 sys.path.insert(0, str(ROOT))
 
-from pulse import EventLog, private_pulse  # noqa: E402
+from pulse import EventLog, add_both, private_pulse  # noqa: E402
 
 FRAME_S = 0.01  # 10 ms analysis frames
 LOUD = 0.01  # RMS (about -40 dBFS): speech, not a null sink's silence
@@ -239,26 +239,37 @@ def played_s(events: list[dict[str, object]], turn: int) -> float:
 def measure_gaps(recording: Path, questions: list[Path],
                  events: list[dict[str, object]]) -> list[float | None]:
     """Question end -> reply start, from the one recording holding both."""
-    rms = frame_rms(read_wav(recording))
-    loud = rms > LOUD
+    loud = frame_rms(read_wav(recording)) > LOUD
     gaps: list[float | None] = []
     cursor = 0
     for turn, question in zip(answered(events), questions, strict=False):
-        first, last = voiced_span(question)
-        onsets = np.flatnonzero(loud[cursor:])
-        if onsets.size == 0:
+        found = question_then_reply(loud, cursor, question)
+        if found is None:
             gaps.append(None)
+            if np.flatnonzero(loud[cursor:]).size:  # the question is there, no reply
+                break
             continue
-        onset = cursor + onsets[0]
-        q_end = onset + int(round((last - first) / FRAME_S))
-        after = np.flatnonzero(loud[q_end + 3:])  # 30 ms past the question's last frame
-        if after.size == 0:
-            gaps.append(None)
-            break
-        reply = q_end + 3 + after[0]
+        q_end, reply = found
         gaps.append(round((reply - q_end) * FRAME_S * 1000, 1))
         cursor = reply + int((played_s(events, turn) + 0.3) / FRAME_S)
     return gaps
+
+
+def question_then_reply(loud: np.ndarray, cursor: int, question: Path
+                        ) -> tuple[int, int] | None:
+    """(the question's last voiced frame, the reply's first), frames of ``FRAME_S`` in a
+    recording's loudness from ``cursor`` on: the first loud frame is the question's
+    onset, its voiced span (from its WAV) gives its end, the next loud frame after that
+    is the reply. None when the question or the reply is not there."""
+    first, last = voiced_span(question)
+    onsets = np.flatnonzero(loud[cursor:])
+    if onsets.size == 0:
+        return None
+    q_end = cursor + onsets[0] + int(round((last - first) / FRAME_S))
+    after = np.flatnonzero(loud[q_end + 3:])  # 30 ms past the question's last frame
+    if after.size == 0:
+        return None
+    return q_end, q_end + 3 + after[0]
 
 
 def turns_of(condition: str, round_: int, questions: list[Path], events: list[dict[str, object]],
@@ -413,11 +424,7 @@ def main() -> int:
 
         llm_url = ensure_server(args.llm_url)
         with private_pulse() as env:
-            # adjust_time=0: the two null sinks run on one clock, so no rate adjustment and
-            # no resampling (which would take CPU from the pipeline being measured).
-            subprocess.run(["pactl", "load-module", "module-combine-sink", "sink_name=both",
-                            "slaves=mic,speaker", "adjust_time=0", "resample_method=trivial"],
-                           env=env, check=True, capture_output=True)
+            add_both(env)
             for round_, cond, work in runs:
                 work.mkdir(parents=True, exist_ok=True)
                 print(f"round {round_}: {cond} ({len(questions)} questions) ...", flush=True)

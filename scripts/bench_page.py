@@ -44,7 +44,7 @@ import statistics
 import sys
 import tempfile
 import wave
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -247,32 +247,51 @@ def key_of(turn: dict[str, Any], key: str) -> Any:
     return turn["metrics"].get(key)
 
 
-async def bench(args: argparse.Namespace, wavs: list[Path],
-                paused: list[Path]) -> dict[str, Any]:
+def chromium_binary() -> str:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        raise SystemExit("bench_page: chromium is not installed (scripts/setup installs it)")
+    return binary
+
+
+@contextlib.asynccontextmanager
+async def page_apps(llm_url: str, conditions: list[tuple[str, bool, bool]]
+                    ) -> AsyncIterator[dict[str, str]]:
+    """One assistant (replies capped at one sentence), one ``serve`` app per condition on
+    a free port; yields each condition's page URL."""
     from aiohttp import web
 
     from services.assistant import load_assistant
     from services.web import create_app
 
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        raise SystemExit("bench_page: chromium is not installed (scripts/setup installs it)")
-    assistant = await load_assistant(args.llm_url)
+    assistant = await load_assistant(llm_url)
     assistant.config = replace(assistant.config, max_sentences=1)
     urls: dict[str, str] = {}
     runners: list[web.AppRunner] = []
+    try:
+        for name, speculate, early_asr in conditions:
+            runner = web.AppRunner(create_app(assistant, speculate=speculate,
+                                              early_asr=early_asr))
+            runners.append(runner)
+            await runner.setup()
+            port = free_port()
+            await web.TCPSite(runner, "127.0.0.1", port).start()
+            urls[name] = f"http://127.0.0.1:{port}/"
+        yield urls
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+        await assistant.close()
+
+
+async def bench(args: argparse.Namespace, wavs: list[Path],
+                paused: list[Path]) -> dict[str, Any]:
+    binary = chromium_binary()
     conditions = CONDITIONS + (GAP_SHARE if args.gap_share else [])
-    for name, speculate, early_asr in conditions:
-        runner = web.AppRunner(create_app(assistant, speculate=speculate, early_asr=early_asr))
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        urls[name] = f"http://127.0.0.1:{port}/"
-        runners.append(runner)
     names = [c[0] for c in conditions]
     turns: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     asked: dict[str, list[dict[str, Any]]] = {name: [] for name in names}  # paused ones
-    try:
+    async with page_apps(args.llm_url, conditions) as urls:
         for i, wav in enumerate(wavs + paused):
             with chromium(binary, wav) as port:
                 async with devtools(port) as cdp:
@@ -291,10 +310,6 @@ async def bench(args: argparse.Namespace, wavs: list[Path],
                                   f"{m['first_audio_from_speech_end_ms']} ms, endpoint "
                                   f"{(turn['last_end'] or {}).get('trailingMs')} ms, "
                                   f"{turn['speculation']}", file=sys.stderr, flush=True)
-    finally:
-        for runner in runners:
-            await runner.cleanup()
-        await assistant.close()
     report = {"conditions": {k: summary(v) for k, v in turns.items()}, "turns": turns}
     if (gain := paired_gain(turns, "on", GAP_SHARE[0][0])) is not None:
         report["gap_gain"] = gain

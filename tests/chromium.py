@@ -1,6 +1,6 @@
 """Headless Chromium driven over the DevTools protocol with aiohttp's WebSocket client (no
-Playwright), for the browser tests and scripts/bench_page.py: launch it with a WAV as its
-fake microphone, connect to its page, evaluate, click, screenshot."""
+Playwright), for the browser tests and scripts/bench_page*.py: launch it with a WAV as its
+fake microphone (or PulseAudio's), connect to its page, evaluate, click, screenshot."""
 
 from __future__ import annotations
 
@@ -89,10 +89,15 @@ class Cdp:
 
 
 @contextlib.contextmanager
-def launch_chromium(binary: str, profile: Path, wav: Path) -> Iterator[int]:
-    """Headless Chromium whose microphone speaks ``wav`` once; yields the DevTools port."""
+def launch_chromium(binary: str, profile: Path, wav: Path | None,
+                    env: dict[str, str] | None = None) -> Iterator[int]:
+    """Headless Chromium whose microphone speaks ``wav`` once; yields the DevTools port.
+    With ``wav`` None, the real audio devices: PulseAudio's default source and sink, in
+    ``env`` (scripts/bench_page_audio.py's private daemon)."""
     port = free_port()
     log = (profile / "chromium.log").open("w")
+    microphone = ["--use-fake-device-for-media-stream",
+                  f"--use-file-for-fake-audio-capture={wav}%noloop"] if wav else []
     proc = subprocess.Popen(
         [binary, "--headless=new", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -100,10 +105,9 @@ def launch_chromium(binary: str, profile: Path, wav: Path) -> Iterator[int]:
          # several tabs talk at once (tests/test_web_three.py): none may be throttled
          "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
          "--disable-backgrounding-occluded-windows",
-         "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-         f"--use-file-for-fake-audio-capture={wav}%noloop",
+         "--use-fake-ui-for-media-stream", *microphone,
          "--window-size=1000,1400", f"--remote-debugging-port={port}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=log)
+        stdout=subprocess.DEVNULL, stderr=log, env=env)
     try:
         yield port
     finally:

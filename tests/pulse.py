@@ -58,6 +58,26 @@ def private_pulse() -> Iterator[dict[str, str]]:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
+def add_both(env: dict[str, str]) -> None:
+    """A combine sink ``both`` feeding ``mic`` and ``speaker`` at once: a question played
+    into it is heard by the microphone and lands in the speaker's recording at the same
+    moment, so one recording holds the question and the reply on one clock."""
+    # adjust_time=0: the two null sinks run on one clock, so no rate adjustment and no
+    # resampling (which would take CPU from the pipeline being measured).
+    subprocess.run(["pactl", "load-module", "module-combine-sink", "sink_name=both",
+                    "slaves=mic,speaker", "adjust_time=0", "resample_method=trivial"],
+                   env=env, check=True, capture_output=True, timeout=30)
+
+
+def add_browser_mic(env: dict[str, str]) -> None:
+    """Make ``mic``'s sound a source Chromium lists: it leaves monitor sources out of its
+    microphones (getUserMedia: NotFoundError), so a remap of ``mic.monitor``, made the
+    default source."""
+    subprocess.run(["pactl", "load-module", "module-remap-source", "master=mic.monitor",
+                    "source_name=mic_in"], env=env, check=True, capture_output=True, timeout=30)
+    subprocess.run(["pactl", "set-default-source", "mic_in"], env=env, check=True, timeout=30)
+
+
 def add_echo(env: dict[str, str], gain: float, latency_ms: int = 40) -> None:
     """Leak what is played on ``speaker`` into ``mic`` with amplitude ``gain`` (linear)."""
     module = subprocess.run(

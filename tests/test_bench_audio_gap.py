@@ -1,0 +1,82 @@
+"""How the mouth-to-ear benchmarks read the gap off one recording of the speaker
+(scripts/bench_live.py's ``question_then_reply`` / ``measure_gaps``, and
+scripts/bench_page_audio.py's ``gap_ms`` and report), on synthetic recordings."""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+from script_module import load_script
+
+bench_live = load_script("bench_live")
+page_audio = load_script("bench_page_audio")
+RATE = 16000
+
+
+def write(path: Path, pcm: np.ndarray) -> Path:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes((np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes())
+    return path
+
+
+def tone(s: float) -> np.ndarray:
+    t = np.arange(int(s * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+def quiet(s: float) -> np.ndarray:
+    return np.zeros(int(s * RATE), np.float32)
+
+
+def question(tmp_path: Path) -> Path:
+    """1.0 s of voice with silence around it: its voiced span is 1.0 s."""
+    return write(tmp_path / "q.wav", np.concatenate([quiet(0.2), tone(1.0), quiet(0.3)]))
+
+
+def test_the_gap_is_the_silence_between_the_question_and_the_reply(tmp_path: Path) -> None:
+    # the recorder started 0.5 s before the question; the reply comes 0.73 s after it
+    rec = write(tmp_path / "rec.wav", np.concatenate(
+        [quiet(0.5), tone(1.0), quiet(0.73), tone(0.8), quiet(0.4)]))
+    assert page_audio.gap_ms(rec, question(tmp_path)) == 730.0
+
+
+def test_no_reply_on_the_recording_is_no_gap(tmp_path: Path) -> None:
+    rec = write(tmp_path / "rec.wav", np.concatenate([quiet(0.5), tone(1.0), quiet(1.0)]))
+    assert page_audio.gap_ms(rec, question(tmp_path)) is None
+    empty = write(tmp_path / "empty.wav", quiet(1.0))
+    assert page_audio.gap_ms(empty, question(tmp_path)) is None
+
+
+def test_a_long_recording_skips_each_reply_before_the_next_question(tmp_path: Path) -> None:
+    """talk's one recording: the second question is found after the first reply, whose
+    played length comes from the events (its pauses between sentences are skipped)."""
+    q = question(tmp_path)
+    rec = write(tmp_path / "rec.wav", np.concatenate(
+        [quiet(0.5), tone(1.0), quiet(0.6), tone(0.5), quiet(0.6), tone(0.5),  # reply 1
+         quiet(1.0), tone(1.0), quiet(0.9), tone(0.5), quiet(0.3)]))
+    events = []
+    for turn, start in ((1, 10.0), (2, 20.0)):
+        events += [{"turn": turn, "stage": "turn", "event": "end", "t": start + 3},
+                   {"turn": turn, "stage": "playback", "event": "start", "t": start},
+                   {"turn": turn, "stage": "playback", "event": "end", "t": start + 1.6}]
+    assert bench_live.measure_gaps(rec, [q, q], events) == [600.0, 900.0]
+
+
+def test_the_report_sets_the_audio_beside_the_pipelines_clocks() -> None:
+    def turn(audio: float | None, pipeline: float) -> dict[str, object]:
+        return {"mouth_to_ear_ms": audio, "last_end": {"trailingMs": 200},
+                "metrics": {"first_audio_from_speech_end_ms": pipeline,
+                            "first_audio_ms": pipeline - 200}}
+
+    turns = {"on": [turn(800, 600), turn(900, 650)], "off": [turn(1600, 1400), turn(None, 1)]}
+    assert page_audio.browser_ms(turns["on"][0]) == 200
+    assert page_audio.browser_ms(turns["off"][1]) is None
+    text = page_audio.markdown(turns)
+    assert "| mouth to ear (audio) | 850.0 (895.0) | 1600.0 (1600.0) |" in text
+    assert "| browser + devices (audio less pipeline) | 225.0 (247.5) | 200.0 (200.0) |" in text
+    assert "on/off = 0.53" in text and "no reply found on the recording 1" in text
