@@ -213,17 +213,28 @@ class TurnResult:
                 "error": self.error}
 
 
+@dataclass
+class AsrClock:
+    """How long the ASR engine's last recognition took, in ms (None before the first):
+    whether a transcription that may be wasted is worth starting (services/web_live.py).
+    One per engine, shared by the runners of its conversations (``Assistant.runner``)."""
+
+    last_ms: float | None = None
+
+
 class TurnRunner:
     """Runs turns of one conversation against one LLM client, TTS and sink."""
 
     def __init__(self, asr: Transcriber | None, llm: LlmClient, tts: Synthesizer,
                  sink: AudioSink,
                  conversation: Conversation | None = None, config: TurnConfig | None = None,
-                 listeners: list[Listener] | None = None) -> None:
+                 listeners: list[Listener] | None = None,
+                 asr_clock: AsrClock | None = None) -> None:
         self.asr, self.llm, self.tts, self.sink = asr, llm, tts, sink
         self.conversation = conversation or Conversation()
         self.config = config or TurnConfig()
         self.listeners = list(listeners or [])
+        self.asr_clock = asr_clock or AsrClock()
         self.turns = 0
         self._current: _Turn | None = None
 
@@ -259,14 +270,19 @@ class TurnRunner:
             self.sink.resume()
 
     def recognize(self, audio: np.ndarray) -> AsrResult:
-        """The ASR engine on one utterance, blocking (run it in a thread)."""
+        """The ASR engine on one utterance, blocking (run it in a thread). Its time goes
+        into ``asr_clock``."""
         asr = self.asr
         if asr is None:
             raise TurnError("no speech recognizer for this audio")
+        started = time.perf_counter()
         if isinstance(asr, ConfidentTranscriber):
             heard = asr.recognize(audio)
-            return AsrResult(heard.text, heard.avg_logprob, heard.last_word_prob)
-        return AsrResult(asr.transcribe(audio))
+            result = AsrResult(heard.text, heard.avg_logprob, heard.last_word_prob)
+        else:
+            result = AsrResult(asr.transcribe(audio))
+        self.asr_clock.last_ms = (time.perf_counter() - started) * 1000
+        return result
 
     async def prime(self) -> bool:
         """Prefill what the next prompt starts with (the system prompt and any loaded

@@ -18,7 +18,7 @@ capped at one sentence), each question asked in both, the order alternating per 
 and round, each in a fresh page load. Usage:
 
     flock /tmp/cpu.lock scripts/bench_page_audio.py [WAV_DIR] [--llm-url URL] [--rounds 2]
-                                                    [--out out/page-audio]
+                                                    [--out out/page-audio] [--gap-share]
 
 Writes page-audio.json (every turn, its recording in --out) and page-audio.md, prints the
 table. Needs PulseAudio and Chromium (scripts/setup installs both) and nothing else on
@@ -47,7 +47,14 @@ sys.path.insert(0, str(ROOT / "tests"))  # the PulseAudio and DevTools helpers
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_live import FRAME_S, LOUD, frame_rms, p, question_then_reply, read_wav  # noqa: E402
-from bench_page import CONDITIONS, LOADS, RESULT, chromium_binary, page_apps  # noqa: E402
+from bench_page import (  # noqa: E402
+    CONDITIONS,
+    GAP_SHARE,
+    LOADS,
+    RESULT,
+    chromium_binary,
+    page_apps,
+)
 from chromium import launch_chromium  # noqa: E402
 from chromium import open_page as devtools  # noqa: E402
 from pulse import add_both, add_browser_mic, private_pulse  # noqa: E402
@@ -123,13 +130,12 @@ def markdown(turns: dict[str, list[dict[str, Any]]]) -> str:
              for label, get in ROWS]
     heard = {n: [float(t["mouth_to_ear_ms"]) for t in turns[n]
                  if t.get("mouth_to_ear_ms") is not None] for n in names}
-    ratio = "n/a"
-    if heard.get("on") and heard.get("off"):
-        ratio = f"{statistics.median(heard['on']) / statistics.median(heard['off']):.2f}"
+    ratios = [f"{a}/off = {statistics.median(heard[a]) / statistics.median(heard['off']):.2f}"
+              for a in names if a != "off" and heard.get(a) and heard.get("off")]
     unheard = sum(len(turns[n]) - len(heard[n]) for n in names)
     errors = sum(1 for n in names for t in turns[n] if t.get("error"))
     return "\n".join(rows) + (
-        f"\n\nmouth to ear p50 on/off = {ratio}; turns "
+        f"\n\nmouth to ear p50 {', '.join(ratios) or 'n/a'}; turns "
         f"{' + '.join(str(len(turns[n])) for n in names)}, no reply found on the recording "
         f"{unheard}, errors {errors}. Gap: the question's last frame over {LOUD} RMS to "
         f"the reply's first, {FRAME_S * 1000:.0f} ms frames, on one recording of the "
@@ -138,7 +144,8 @@ def markdown(turns: dict[str, list[dict[str, Any]]]) -> str:
 
 async def bench(args: argparse.Namespace, questions: list[Path]) -> dict[str, Any]:
     binary = chromium_binary()
-    names = [c[0] for c in CONDITIONS]
+    conditions = CONDITIONS + (GAP_SHARE if args.gap_share else [])
+    names = [c[0] for c in conditions]
     turns: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     recordings = args.out / "recordings"
     recordings.mkdir(parents=True, exist_ok=True)
@@ -147,7 +154,7 @@ async def bench(args: argparse.Namespace, questions: list[Path]) -> dict[str, An
         with private_pulse() as env:
             add_both(env)
             add_browser_mic(env)
-            async with page_apps(args.llm_url, CONDITIONS) as urls:
+            async with page_apps(args.llm_url, conditions) as urls:
                 with launch_chromium(binary, profile, None, env) as port:
                     async with devtools(port) as cdp:
                         for i, question in enumerate(questions):
@@ -178,6 +185,10 @@ def main() -> int:
                                                         "http://127.0.0.1:8080"))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "page-audio")
+    ap.add_argument("--gap-share", action="store_true",
+                    help="a third condition, speculation on with Whisper waiting for the "
+                    "pause (serve --no-early-asr): what starting it at the page's gap saves "
+                    "or costs")
     ap.add_argument("--report-only", action="store_true",
                     help="write page-audio.md again from --out's page-audio.json, run nothing")
     args = ap.parse_args()

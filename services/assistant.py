@@ -18,7 +18,7 @@ from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation
 from pipeline.events import Listener
 from pipeline.llm_client import LlmClient
-from pipeline.turn import AsrEngine, TtsEngine, TurnConfig, TurnRunner
+from pipeline.turn import AsrClock, AsrEngine, TtsEngine, TurnConfig, TurnRunner
 from services import models
 from services.engines import Engine, parse_engine
 from services.errors import UserError
@@ -34,12 +34,13 @@ class Assistant:
     llm: LlmClient
     llm_url: str
     config: TurnConfig = field(default_factory=TurnConfig)
+    asr_clock: AsrClock = field(default_factory=AsrClock)  # every conversation's Whisper
 
     def runner(self, sink: AudioSink, conversation: Conversation | None = None,
                listeners: list[Listener] | None = None,
                config: TurnConfig | None = None) -> TurnRunner:
         return TurnRunner(self.asr, self.llm, self.tts, sink, conversation,
-                          config or self.config, listeners)
+                          config or self.config, listeners, self.asr_clock)
 
     async def close(self) -> None:
         await self.llm.close()

@@ -60,6 +60,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# A gap's transcription buys the 100 ms between the page's gap and its pause, and when the
+# voice comes back it is wasted and CTranslate2 runs the pause's own after it: a stale one
+# delays the answer by up to its length. The page's energy VAD cuts 1-6 gaps in a sample
+# question (Silero, in talk, about one), so where Whisper takes longer than this the gap
+# costs more than it buys (docs/live.md, "The page on the audio"), and none is started.
+GAP_ASR_MAX_MS = 400.0
+
 
 @dataclass
 class UtteranceSpeculation:
@@ -70,6 +77,8 @@ class UtteranceSpeculation:
     gaps: int = 0  # audio.gap messages
     early_asr_started: int = 0  # transcriptions started on them (services/web_gap.py)
     early_asr_used: int = 0  # ...that a speculative turn took instead of running Whisper
+    early_asr_slow: int = 0  # gaps that started none because Whisper runs slower than
+    # GAP_ASR_MAX_MS here
     cancelled: int = 0  # abandoned because speech resumed (or the utterance was dropped)
     state: str | None = None  # how the answering turn came about: confirmed / fresh
     decision: EndpointDecision | None = None  # the last endpoint told to the page
@@ -79,7 +88,8 @@ class UtteranceSpeculation:
         d = self.decision
         return {"pauses": self.pauses, "started": self.started, "cancelled": self.cancelled,
                 "gaps": self.gaps, "early_asr_started": self.early_asr_started,
-                "early_asr_used": self.early_asr_used, "state": self.state,
+                "early_asr_used": self.early_asr_used,
+                "early_asr_slow": self.early_asr_slow, "state": self.state,
                 "wait_ms": d.wait_ms if d else None,
                 "reason": str(d.reason) if d else None, "endpoint_ms": self.endpoint_ms}
 
@@ -137,6 +147,10 @@ class PageSpeculator:
         last = self.last_gap
         if not (self.early_asr and self.may_speculate(free)) or (last is not None
                                                                   and last.running):
+            return False
+        slow = self.runner.asr_clock.last_ms
+        if slow is not None and slow > GAP_ASR_MAX_MS:
+            utterance.early_asr_slow += 1
             return False
         self.gap = self.last_gap = PageGap.start(utterance, voiced_ms, silence_ms, decode,
                                                  self.runner.recognize, self.tasks.spawn)

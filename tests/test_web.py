@@ -24,8 +24,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from fake_llm import FakeLlm, Reply
 
 from pipeline.llm_client import LlmClient
+from pipeline.turn import AsrClock
 from services.assistant import Assistant
 from services.web import STATE, create_app
+from services.web_live import GAP_ASR_MAX_MS
 from services.ws_sink import Outbox, WebSocketSink
 
 TTS_RATE = 22050
@@ -88,6 +90,7 @@ class Web:
     fake: FakeLlm
     tts: FakeTts
     asr: FakeAsr
+    clock: AsrClock  # the assistant's: how long its last recognition took
 
     @property
     def state(self) -> Any:
@@ -115,7 +118,7 @@ async def web_app(speculate: bool, early_asr: bool) -> AsyncIterator[Web]:
                          speculate=speculate, early_asr=early_asr)
         try:
             async with TestClient(TestServer(app)) as client:
-                yield Web(client, fake, tts, asr)
+                yield Web(client, fake, tts, asr, assistant.asr_clock)
         finally:
             await llm.close()
 
@@ -598,6 +601,7 @@ async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web)
     assert result["turn"] == 1 and result["reply"] == REPLY and not result["abandoned"]
     assert result["speculation"] == {"pauses": 1, "started": 1, "cancelled": 0,
                                      "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
+                                     "early_asr_slow": 0,
                                      "state": "confirmed", "wait_ms": 500,
                                      "reason": "question", "endpoint_ms": 500.0}
     # t = 0 is the pause: the endpoint span runs from the last voiced sound to the
@@ -704,6 +708,7 @@ async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio
     assert fresh["turn"] == 2 and fresh["reply"] == REPLY and fresh["input_id"] == "c1"
     assert fresh["speculation"] == {"pauses": 1, "started": 1, "cancelled": 1,
                                     "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
+                                    "early_asr_slow": 0,
                                     "state": None, "wait_ms": 500, "reason": "question",
                                     "endpoint_ms": None}
     assert web_app.asr.heard[-1] == 4000 + 3200 + 4000
@@ -863,6 +868,33 @@ async def test_ws_no_early_asr_counts_the_gap_and_transcribes_at_the_pause(
     spec = got.of("turn.result")[0]["speculation"]
     assert spec["state"] == "confirmed" and spec["gaps"] == 1
     assert spec["early_asr_started"] == 0 and spec["early_asr_used"] == 0
+    await ws.close()
+
+
+async def test_ws_no_gap_transcription_where_whisper_runs_slow(web_app: Web) -> None:
+    """Where the last recognition took longer than GAP_ASR_MAX_MS, a gap starts none (a
+    wasted one would hold up the pause's): the gap is counted, Whisper waits for the
+    pause, and the clock then holds this turn's recognition."""
+    web_app.clock.last_ms = GAP_ASR_MAX_MS + 1
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, VOICE + GAP)
+    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 1000})
+    await send_pcm(ws, GAP)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200,
+                        "voiced_ms": 1000})
+    got = await receive_until(ws, is_endpoint)
+    assert web_app.asr.heard == [16000 + 3200]  # at the pause, on the audio up to it
+    (start,) = asr_start(got)
+    assert "early_ms" not in start
+    await send_pcm(ws, SILENCE + SILENCE[:1600])
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
+    got = await receive_until(ws, is_result, into=got)
+    spec = got.of("turn.result")[0]["speculation"]
+    assert spec["state"] == "confirmed" and spec["gaps"] == 1
+    assert spec["early_asr_started"] == 0 and spec["early_asr_slow"] == 1
+    last = web_app.clock.last_ms
+    assert last is not None and last < GAP_ASR_MAX_MS  # the fake's instant transcription
     await ws.close()
 
 
