@@ -26,6 +26,7 @@ import pytest
 import pytest_asyncio
 from chromium import Cdp, free_port, launch_chromium, open_page
 
+from services import web_live
 from services.web import create_app
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -232,7 +233,10 @@ async def test_speaking_over_the_assistant_barges_in_hands_free(
 
 
 async def test_a_pause_inside_the_question_is_speculated_on_dropped_and_the_end_answers(
-        paused_page: Cdp, tmp_path: Path) -> None:
+        paused_page: Cdp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The gap's transcription on every host: on a slow one (Whisper over 400 ms) the server
+    # would skip it (the rule is tested in test_web.py; docs/live.md says why).
+    monkeypatch.setattr(web_live, "GAP_ASR_MAX_MS", float("inf"))
     page = paused_page
     assert await page.js("voiceLlm.speculate") is True  # hello: the server speculates
     await page.click("#start")  # hands-free: "What are … three tips for sleeping better?"
@@ -267,10 +271,16 @@ async def test_a_pause_inside_the_question_is_speculated_on_dropped_and_the_end_
     assert names.index("speculation.start") < names.index("speculation.confirmed") \
         < names.index("playback.start")
     # The answering speculation took the transcript Whisper started at the gap before its
-    # pause (nothing voiced in between) instead of running Whisper there.
+    # pause (nothing voiced in between) instead of running Whisper there; unless that gap
+    # started none because the first gap's was still running (one at a time: a host where
+    # Whisper takes longer than the voice between the two pauses).
     asr_start = await page.js("voiceLlm.log.find(m => m.type === 'event' && m.event.turn === "
                               f"{result['turn']} && m.event.stage === 'asr').event")
-    assert asr_start["event"] == "start" and asr_start["early_ms"] > 0
+    assert asr_start["event"] == "start"
+    if "early_ms" in asr_start:
+        assert asr_start["early_ms"] > 0
+    else:
+        assert spec["early_asr_started"] < spec["gaps"], spec
     # The page ended the utterance at the server's endpoint when it came in time, else at
     # its 700 ms fallback; either way only after the voice had stopped for good.
     end = await page.js("voiceLlm.lastEnd")
