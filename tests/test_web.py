@@ -846,11 +846,9 @@ async def test_ws_a_gap_starts_whisper_and_the_pause_takes_its_transcript(
     await ws.close()
 
 
-@pytest.mark.parametrize("early_asr", [False])
-async def test_ws_no_early_asr_counts_the_gap_and_transcribes_at_the_pause(
-        web_app: Web) -> None:
-    """serve --no-early-asr: the same messages as above, but Whisper waits for the pause
-    (bench_page --gap-share measures the difference)."""
+async def gap_then_pause_transcribed_at_the_pause(web_app: Web) -> dict[str, Any]:
+    """One gap, its pause and the end, where the gap starts no transcription: Whisper runs
+    at the pause, on the audio up to it. Returns the answer's ``speculation``."""
     ws = await open_ws(web_app)
     await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
     await send_pcm(ws, VOICE + GAP)
@@ -865,10 +863,20 @@ async def test_ws_no_early_asr_counts_the_gap_and_transcribes_at_the_pause(
     await send_pcm(ws, SILENCE + SILENCE[:1600])
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
     got = await receive_until(ws, is_result, into=got)
-    spec = got.of("turn.result")[0]["speculation"]
+    await ws.close()
+    spec: dict[str, Any] = got.of("turn.result")[0]["speculation"]
     assert spec["state"] == "confirmed" and spec["gaps"] == 1
     assert spec["early_asr_started"] == 0 and spec["early_asr_used"] == 0
-    await ws.close()
+    return spec
+
+
+@pytest.mark.parametrize("early_asr", [False])
+async def test_ws_no_early_asr_counts_the_gap_and_transcribes_at_the_pause(
+        web_app: Web) -> None:
+    """serve --no-early-asr: the same messages as above, but Whisper waits for the pause
+    (bench_page --gap-share measures the difference)."""
+    spec = await gap_then_pause_transcribed_at_the_pause(web_app)
+    assert spec["early_asr_slow"] == 0
 
 
 async def test_ws_no_gap_transcription_where_whisper_runs_slow(web_app: Web) -> None:
@@ -876,26 +884,10 @@ async def test_ws_no_gap_transcription_where_whisper_runs_slow(web_app: Web) -> 
     wasted one would hold up the pause's): the gap is counted, Whisper waits for the
     pause, and the clock then holds this turn's recognition."""
     web_app.clock.last_ms = GAP_ASR_MAX_MS + 1
-    ws = await open_ws(web_app)
-    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
-    await send_pcm(ws, VOICE + GAP)
-    await ws.send_json({"type": "audio.gap", "silence_ms": 100, "voiced_ms": 1000})
-    await send_pcm(ws, GAP)
-    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200,
-                        "voiced_ms": 1000})
-    got = await receive_until(ws, is_endpoint)
-    assert web_app.asr.heard == [16000 + 3200]  # at the pause, on the audio up to it
-    (start,) = asr_start(got)
-    assert "early_ms" not in start
-    await send_pcm(ws, SILENCE + SILENCE[:1600])
-    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 500})
-    got = await receive_until(ws, is_result, into=got)
-    spec = got.of("turn.result")[0]["speculation"]
-    assert spec["state"] == "confirmed" and spec["gaps"] == 1
-    assert spec["early_asr_started"] == 0 and spec["early_asr_slow"] == 1
+    spec = await gap_then_pause_transcribed_at_the_pause(web_app)
+    assert spec["early_asr_slow"] == 1
     last = web_app.clock.last_ms
     assert last is not None and last < GAP_ASR_MAX_MS  # the fake's instant transcription
-    await ws.close()
 
 
 async def test_ws_voice_between_the_gap_and_the_pause_drops_the_gaps_transcript(
