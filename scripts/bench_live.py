@@ -244,32 +244,31 @@ def measure_gaps(recording: Path, questions: list[Path],
     cursor = 0
     for turn, question in zip(answered(events), questions, strict=False):
         found = question_then_reply(loud, cursor, question)
-        if found is None:
+        if found is None:  # no question from here on
             gaps.append(None)
-            if np.flatnonzero(loud[cursor:]).size:  # the question is there, no reply
-                break
             continue
         q_end, reply = found
+        if reply is None:  # the question is there, no reply after it
+            gaps.append(None)
+            break
         gaps.append(round((reply - q_end) * FRAME_S * 1000, 1))
         cursor = reply + int((played_s(events, turn) + 0.3) / FRAME_S)
     return gaps
 
 
 def question_then_reply(loud: np.ndarray, cursor: int, question: Path
-                        ) -> tuple[int, int] | None:
+                        ) -> tuple[int, int | None] | None:
     """(the question's last voiced frame, the reply's first), frames of ``FRAME_S`` in a
     recording's loudness from ``cursor`` on: the first loud frame is the question's
     onset, its voiced span (from its WAV) gives its end, the next loud frame after that
-    is the reply. None when the question or the reply is not there."""
+    is the reply. None when the question is not there; the reply None when it is not."""
     first, last = voiced_span(question)
     onsets = np.flatnonzero(loud[cursor:])
     if onsets.size == 0:
         return None
     q_end = cursor + onsets[0] + int(round((last - first) / FRAME_S))
     after = np.flatnonzero(loud[q_end + 3:])  # 30 ms past the question's last frame
-    if after.size == 0:
-        return None
-    return q_end, q_end + 3 + after[0]
+    return q_end, (q_end + 3 + after[0] if after.size else None)
 
 
 def turns_of(condition: str, round_: int, questions: list[Path], events: list[dict[str, object]],

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the DevTools client the browser tests
 sys.path.insert(0, str(ROOT / "scripts"))  # bench_live's paused questions
 
 from bench_live import PAUSE_MS, PAUSED, make_paused, voiced_span  # noqa: E402
-from chromium import Cdp, free_port, launch_chromium  # noqa: E402
+from chromium import Cdp, find_chromium, free_port, launch_chromium  # noqa: E402
 from chromium import open_page as devtools  # noqa: E402
 
 from pipeline.metrics import pct  # noqa: E402
@@ -248,7 +248,7 @@ def key_of(turn: dict[str, Any], key: str) -> Any:
 
 
 def chromium_binary() -> str:
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    binary = find_chromium()
     if binary is None:
         raise SystemExit("bench_page: chromium is not installed (scripts/setup installs it)")
     return binary

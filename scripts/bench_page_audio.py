@@ -97,7 +97,10 @@ async def audio_turn(cdp: Any, url: str, question: Path, env: dict[str, str],
 def gap_ms(recording: Path, question: Path) -> float | None:
     """The question's last voiced frame to the reply's first, in ms, on the recording."""
     found = question_then_reply(frame_rms(read_wav(recording)) > LOUD, 0, question)
-    return None if found is None else round((found[1] - found[0]) * FRAME_S * 1000, 1)
+    if found is None or found[1] is None:
+        return None
+    q_end, reply = found
+    return round((reply - q_end) * FRAME_S * 1000, 1)
 
 
 def browser_ms(turn: dict[str, Any]) -> float | None:

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import itertools
 import json
+import shutil
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -86,6 +87,11 @@ class Cdp:
         await asyncio.to_thread(path.write_bytes, base64.b64decode(shot["data"]))
         print(f"screenshot: {path}")
         return path
+
+
+def find_chromium() -> str | None:
+    """The Chromium binary on PATH (Debian names it chromium), or None."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @contextlib.contextmanager

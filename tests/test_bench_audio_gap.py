@@ -65,6 +65,10 @@ def test_a_long_recording_skips_each_reply_before_the_next_question(tmp_path: Pa
                    {"turn": turn, "stage": "playback", "event": "start", "t": start},
                    {"turn": turn, "stage": "playback", "event": "end", "t": start + 1.6}]
     assert bench_live.measure_gaps(rec, [q, q], events) == [600.0, 900.0]
+    unanswered = write(tmp_path / "unanswered.wav", np.concatenate(
+        [quiet(0.5), tone(1.0), quiet(0.6), tone(0.5), quiet(0.6), tone(0.5),  # reply 1
+         quiet(1.0), tone(1.0), quiet(0.9)]))  # the second question, no reply
+    assert bench_live.measure_gaps(unanswered, [q, q], events) == [600.0, None]
 
 
 def test_the_report_sets_the_audio_beside_the_pipelines_clocks() -> None:

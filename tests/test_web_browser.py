@@ -15,7 +15,6 @@ the page's end until its reply is ready) and the confirmed turn answers
 from __future__ import annotations
 
 import asyncio
-import shutil
 import wave
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import pytest_asyncio
-from chromium import Cdp, free_port, launch_chromium, open_page
+from chromium import Cdp, find_chromium, free_port, launch_chromium, open_page
 
 from services import web_live
 from services.web import create_app
@@ -38,7 +37,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration,
 
 @pytest.fixture(scope="module")
 def chromium_bin() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    found = find_chromium()
     if found is None:
         pytest.skip("chromium is not installed (scripts/setup installs it)")
     return found
