@@ -6,7 +6,9 @@ replay, the browser's interrupt message - the decision is made here and carried 
 
 The microphone source (``BargeIn.watch``) is the only reader of the microphone: it feeds
 the utterance segmenter, hands finished utterances to the conversation, and triggers
-when the user talks over the assistant for long enough. With open speakers the
+when the user talks over the assistant for long enough - or goes on talking after the end
+was taken, before a word of the reply was played (the end was a pause: the reply being
+prepared answers half a request, and the words go on with the rest, pipeline/rejoin.py). With open speakers the
 assistant's own voice reaches the microphone too, so during playback the ``EchoGuard``
 asks for more: a higher VAD probability, a level clearly above the echo that the current
 playback would produce, and longer speech (docs/talk.md has the measurements).
@@ -46,18 +48,33 @@ class BargeIn:
         self._playback_started = asyncio.Event()
         self._playbacks = 0  # playback.start events seen: tells this turn's from the last's
         self.speaking = False  # between this turn's playback.start and its end
+        # A turn whose end is taken prepares a reply, nothing played yet. Not while it is
+        # an unconfirmed speculation: voice then is the utterance going on (SpeechResumed
+        # cancels it, pipeline/live.py), not a new one.
+        self.preparing = False
+        self._unconfirmed = False
         self.detections = 0
+
+    @property
+    def listening(self) -> bool:
+        """Would the user's voice now cut a reply (being played or prepared)?"""
+        return self.speaking or (self.preparing and not self._unconfirmed)
 
     def on_event(self, ev: Event) -> None:
         """Event listener: follows the turn so sources know when the assistant speaks."""
         if ev.name == EventName.TURN_START:
             self._playback_started.clear()
+            self.preparing, self._unconfirmed = True, False
+        elif ev.name == EventName.SPECULATION_START:
+            self._unconfirmed = True
+        elif ev.name == EventName.SPECULATION_CONFIRMED:
+            self._unconfirmed = False
         elif ev.name == EventName.PLAYBACK_START:
             self._playbacks += 1
             self._playback_started.set()
-            self.speaking = True
+            self.speaking, self.preparing = True, False
         elif ev.name in _SILENT:
-            self.speaking = False
+            self.speaking = self.preparing = False
 
     def trigger(self, source: str) -> bool:
         fired = self.target.interrupt(source)
@@ -101,9 +118,11 @@ class BargeIn:
                 if guard is not None and guarded:
                     guard.observe(rms, play_rms, voiced)
                 required = detector.min_ms + (guard.extra_ms if guard and guarded else 0.0)
-                if detector.window(voiced and self.speaking, WINDOW_MS, required):
-                    log.info("barge-in: %.0f ms of speech (guarded=%s, playback rms %.3f)",
-                             detector.voiced_ms, guarded, play_rms)
+                if detector.window(voiced and self.listening, WINDOW_MS, required):
+                    log.info("barge-in: %.0f ms of speech (%s, guarded=%s, playback rms "
+                             "%.3f)", detector.voiced_ms,
+                             "playing" if self.speaking else "before playback", guarded,
+                             play_rms)
                     barged_in = self.trigger("mic") or barged_in
             for ev in events:
                 if on_segment is not None:
@@ -113,7 +132,7 @@ class BargeIn:
                 elif isinstance(ev, UtteranceEnd):
                     on_utterance(ev, in_playback and not barged_in)
                     in_playback = barged_in = False
-            if not self.speaking:
+            if not self.listening:
                 detector.reset()
 
 

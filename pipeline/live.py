@@ -256,6 +256,13 @@ class LiveTurnTaker:
             await asyncio.wait({self._previous}, timeout=grace_s)
         await self.tasks.cancel_all()
 
+    @property
+    def pending(self) -> bool:
+        """A turn is running or queued (or a speculation is out): one more is coming, or
+        one is being dropped."""
+        return (self._spec is not None
+                or (self._previous is not None and not self._previous.done()))
+
     # -- speculation ----------------------------------------------------------------------
     def _turn_running(self) -> bool:
         # An abandoned speculation still finishing its hang-up does not count: the next

@@ -357,7 +357,9 @@ class _Turn:
         self.confirmed = confirmed
         self.speech_end_ms = speech_end_ms
         self.abandoned = False
+        self.dropped = asyncio.Event()  # set with abandoned
         self.interrupted: asyncio.Event = asyncio.Event()
+        self.unanswered = ""  # the words of a turn stopped before its request
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
         self.early = early  # a transcription started before t = 0 (pipeline/early_asr.py)
@@ -411,7 +413,11 @@ class _Turn:
                 self.runner.conversation.commit(sent, kept)
                 result.committed = True
         except _Abandoned:
-            result.abandoned = True
+            result.abandoned = self.abandoned
+            # Cut before its request (the user went on talking while Whisper ran): nothing
+            # was said or kept, but the words it heard are the cut turn's (rejoin.py).
+            result.interrupted = not self.abandoned
+            result.transcript = self.unanswered
         except (TurnError, LlmError) as e:
             result.error = str(e)
             self.rec.emit(EventName.TURN_ERROR, message=result.error)
@@ -474,16 +480,17 @@ class _Turn:
 
     async def transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
         transcript = await self._transcribe(audio, text)
-        # Speech resumed while Whisper ran (or a stop signal closed the turn): no LLM
-        # request for a reply nobody will hear.
-        if self.abandoned or self.interrupted.is_set():
-            raise _Abandoned
         if self.rejoined is not None:
             # The transcripts are joined, not the audio transcribed again: Whisper already
             # heard the earlier words (the LLM was sent exactly that text), a second pass
             # over both would cost this turn the earlier audio's ASR time again, and the
             # audio between them holds the cut reply (its echo, with open speakers).
-            return join_transcripts(self.rejoined.text, transcript)
+            transcript = join_transcripts(self.rejoined.text, transcript)
+        # Speech resumed while Whisper ran (or the turn was cut, or a stop signal closed
+        # it): no LLM request for a reply nobody will hear.
+        if self.abandoned or self.interrupted.is_set():
+            self.unanswered = transcript
+            raise _Abandoned
         return transcript
 
     async def _transcribe(self, audio: np.ndarray | None, text: str | None) -> str:
@@ -525,11 +532,12 @@ class _Turn:
         return transcript
 
     async def unless_stopped(self, work: Coroutine[Any, Any, AsrResult]) -> AsrResult:
-        """``work``, unless the turn is abandoned or interrupted first: then _Abandoned at
-        once. Whisper's thread cannot be stopped; its result is dropped, and the next turn
-        (queued behind this one) does not wait for it."""
+        """``work``, unless the turn is abandoned first: then _Abandoned at once. Whisper's
+        thread cannot be stopped; its result is dropped, and the next turn (queued behind
+        this one) does not wait for it. An interrupted turn (barge-in before the reply was
+        played) waits for the words: they go on with the next utterance (rejoin.py)."""
         asr = self.tasks.spawn("asr", work)
-        stopped = self.tasks.spawn("asr-stopped", self.interrupted.wait())
+        stopped = self.tasks.spawn("asr-stopped", self.dropped.wait())
         try:
             await asyncio.wait({asr, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -717,6 +725,7 @@ class _Turn:
         if self.interrupted.is_set():
             return
         self.abandoned = True
+        self.dropped.set()
         self.rec.emit(EventName.SPECULATION_CANCELLED, reason=reason)
         self.stop()
 

@@ -67,6 +67,10 @@ async def _measure_live(args: argparse.Namespace, assistant: Assistant, sink: Au
                     if stopper.stopped:
                         break
                     turn = await live.say(samples)
+                    # A pause taken for the end and the rest cutting that reply: the file's
+                    # turn is the one that answered all of it, timed from its last sound.
+                    while turn is not None and (following := await live.after(turn)):
+                        turn = following
                     done += 1
                     key = (cond, run_no, str(wav))
                     if turn is None:

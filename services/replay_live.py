@@ -120,10 +120,12 @@ class LiveConversation:
         return turn
 
     async def after(self, turn: LiveTurn) -> LiveTurn | None:
-        """The turn of the voice that cut ``turn`` (a pause in the recording taken for the
-        end, and the rest of it barging in), once it is over; None when ``turn`` was not
-        cut. Without it the rest would be cut in turn by the next file or the close."""
-        if not turn.result.interrupted:
+        """The next turn of the same file, once it is over: that of the voice that cut
+        ``turn`` (a pause in the recording taken for the end, and the rest of it barging
+        in), or of one queued behind it; None when there is none. Without it the rest
+        would be cut in turn by the next file or the close."""
+        if not (turn.result.interrupted or self.taker.pending
+                or not self._finished.empty()):
             return None
         following = await _next_turn(self._finished, self.runner)
         self._turns += following is not None

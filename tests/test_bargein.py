@@ -178,6 +178,46 @@ async def test_speech_while_not_speaking_is_an_utterance_not_a_barge_in(vad):
     assert [p for _u, p in room.utterances] == [False]
 
 
+async def watch_while_preparing(vad: SileroStream, user: np.ndarray,
+                                *events: str) -> Room:
+    """The user talks while a turn prepares its reply (``events`` recorded first, no
+    playback ever starts)."""
+    vad.reset()
+    room = Room(user)
+    for name in events:
+        room.recorder.emit(name)
+    await room.bargein.watch(
+        room.mic(), UtteranceSegmenter(vad), lambda u, p: room.utterances.append((u, p)),
+        detector=SustainedSpeech(300))
+    return room
+
+
+async def test_speech_while_a_reply_is_prepared_cuts_it(vad):
+    """The end was taken at a pause and the user goes on before a word was played: the
+    reply being prepared answers half a request, so the voice cuts it; the voice is still
+    an utterance of its own (the next turn, given the cut turn's words)."""
+    user = np.concatenate([silence(0.5), load_wav(SAMPLES / "03_sky_blue.wav"),
+                           silence(1.0)])
+    room = await watch_while_preparing(vad, user, "turn.start")
+    assert room.trigger_block == expected_trigger_block(vad, user, 300)
+    assert [p for _u, p in room.utterances] == [False]
+
+
+async def test_speech_during_an_unconfirmed_speculation_is_not_a_barge_in(vad):
+    """A speculation runs on a pause before the end is confirmed: voice then is the same
+    utterance going on (the turn-taker cancels the speculation), never a barge-in; once
+    confirmed, it is one."""
+    user = np.concatenate([silence(0.5), load_wav(SAMPLES / "03_sky_blue.wav"),
+                           silence(1.0)])
+    room = await watch_while_preparing(vad, user, "turn.start", "speculation.start")
+    assert room.trigger_at is None
+    room = await watch_while_preparing(vad, user, "turn.start", "speculation.start",
+                                       "speculation.confirmed")
+    assert room.trigger_at is not None
+    room = await watch_while_preparing(vad, user, "turn.start", "turn.end")
+    assert room.trigger_at is None  # the turn is over: nothing to cut
+
+
 async def test_echo_guard_ignores_the_assistants_own_voice(vad, assistant_voice):
     user = silence(assistant_voice.size / SAMPLE_RATE + 0.5)  # the user says nothing
     without_guard = Room(user, echo=0.25)

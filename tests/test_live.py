@@ -356,3 +356,21 @@ def test_speculation_stats_of_several_conversations_add_up() -> None:
     assert (total.started, total.confirmed, total.cancelled, total.wasted_tokens) == (3, 2, 1, 4)
     assert (total.early_asr_started, total.early_asr_used) == (3, 1)
     assert total.saved_ms == [300.0, 500.0, 100.0] and a.saved_ms == [300.0]
+
+
+async def test_a_turn_queued_behind_the_last_is_pending(llm) -> None:
+    """An utterance that ended while the last turn ran (too short to cut it) is queued:
+    ``pending`` says one more turn is coming, so ``replay --live`` waits for it instead of
+    closing it with the conversation."""
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = CountingAsr("Why is the sky blue?", delay_s=0.3)
+    seg, turns, live = taker(runner, speculate=False)
+    assert not live.pending
+    live.on_utterance(end(1.0))
+    live.on_utterance(end(0.5))  # a second one, queued behind the first
+    await until(lambda: turns)
+    assert live.pending
+    await until(lambda: len(turns) == 2)
+    await until(lambda: not live.pending)
+    await live.close()

@@ -189,3 +189,30 @@ async def test_the_conversation_ending_cuts_nothing_to_carry(llm) -> None:  # no
     await live.close()  # interrupts the turn as a barge-in would, but nobody spoke
     assert turns and turns[0].result.interrupted
     assert live.cuts.cut is None
+
+
+async def test_words_cut_while_whisper_runs_are_kept_for_the_next(llm) -> None:  # noqa: F811
+    """The user goes on while the turn is still in Whisper (a slow host): the cut waits for
+    the words instead of dropping them, asks the LLM nothing, and the next utterance's
+    turn is asked the whole request."""
+    from test_live import CountingAsr
+
+    fake, client = llm
+    runner = await runner_for(fake, client)
+    seg, turns, live = taker(runner, speculate=False)
+    runner.asr = asr = CountingAsr("Call my sister.", delay_s=0.6)
+    live.on_utterance(end(1.0))
+    await until(lambda: asr.calls == 1)
+    assert runner.interrupt("mic")  # the voice of the rest, mid-Whisper
+    await until(lambda: turns)
+    first = turns[0].result
+    assert asr.finished == 1 and fake.requests == []
+    assert first.interrupted and not first.abandoned and not first.committed
+    assert first.transcript == "Call my sister."
+
+    runner.asr = FakeAsr("After lunch.")
+    live.on_utterance(end(0.8))
+    await until(lambda: len(turns) == 2)
+    await live.close()
+    assert sent_user(fake) == "Call my sister. After lunch."
+    assert runner.conversation.history[0]["content"] == "Call my sister. After lunch."
