@@ -192,16 +192,14 @@ async def _turn(runner: TurnRunner, bargein: BargeIn, audio: np.ndarray,
 def _report(result: TurnResult, file: str, turns: list[dict[str, Any]]) -> int:
     """Print one turn (what was said, its timeline) and record it; 1 if it failed."""
     from pipeline.llm_caps import not_reported_line
-    from services.timeline import rejoined_note, render
+    from services.timeline import assistant_said, rejoined_note, render
 
     print(f"\nturn {result.turn} · {file} · {result.mode}")
     print(f"  you:       {result.transcript}{rejoined_note(result.events)}")
     if result.error:
         print(f"  error:     {result.error}")
     else:
-        said = result.heard if result.interrupted else result.reply
-        print(f"  assistant: {said.strip()}" + ("  [interrupted]" if result.interrupted
-                                                else ""))
+        print(f"  assistant: {assistant_said(result)}")
         if result.interrupted and not result.committed:
             print(f"  history:   this turn is not kept: fewer than {MIN_KEPT_WORDS} words of "
                   "the reply were heard")

@@ -227,16 +227,14 @@ async def _supervise(supervisor: Supervisor, status: Status) -> None:
 
 def _report(turn: LiveTurn, status: Status) -> None:
     """The lines under the status after each turn: what was heard and said, the numbers."""
-    from services.timeline import rejoined_note, summary_line
+    from services.timeline import assistant_said, rejoined_note, summary_line
 
     result = turn.result
-    said = result.heard if result.interrupted else result.reply
     status.line(f"you: {result.transcript}{rejoined_note(result.events)}")
     if result.error:
         status.line(f"  error: {result.error}")
     else:
-        status.line(f"assistant: {said.strip()}"
-                    + ("  [interrupted]" if result.interrupted else ""))
+        status.line(f"assistant: {assistant_said(result)}")
     live = (f"speculative, endpoint {turn.endpoint_ms:.0f} ms" if turn.speculative
             else f"end-of-speech wait {turn.endpoint_ms:.0f} ms")
     early = next((e.data["early_ms"] for e in result.events

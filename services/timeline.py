@@ -9,6 +9,7 @@ from pipeline.events import Event, EventName, first, indexed_spans, times
 
 if TYPE_CHECKING:
     from pipeline.metrics import TurnMetrics
+    from pipeline.turn import TurnResult
 
 Span = tuple[float, float]
 
@@ -44,6 +45,16 @@ def rejoined_note(events: Sequence[Event]) -> str:
     (``rejoined_of``); "" otherwise."""
     rejoined = rejoined_of(events)
     return "" if rejoined is None else f"  [with turn {rejoined['turn']}'s words, cut off]"
+
+
+def assistant_said(result: TurnResult) -> str:
+    """What the user heard of the reply, for the ``assistant:`` line: the reply, what was
+    played of a cut one, or that it was cut before a word of it was played (the user went
+    on after the end was taken)."""
+    if not result.interrupted:
+        return result.reply.strip()
+    heard = result.heard.strip()
+    return f"{heard}  [interrupted]" if heard else "[cut before a word of it was played]"
 
 
 def marks(events: Sequence[Event]) -> dict[str, list[float]]:

@@ -216,3 +216,15 @@ async def test_words_cut_while_whisper_runs_are_kept_for_the_next(llm) -> None: 
     await live.close()
     assert sent_user(fake) == "Call my sister. After lunch."
     assert runner.conversation.history[0]["content"] == "Call my sister. After lunch."
+
+
+def test_the_assistant_line_says_a_reply_was_cut_before_it_played() -> None:
+    from pipeline.turn import TurnResult
+    from services.timeline import assistant_said
+
+    whole = TurnResult(1, "streamed", reply="Sure. ")
+    assert assistant_said(whole) == "Sure."
+    cut = TurnResult(2, "streamed", reply="Sure. I will", heard="Sure.", interrupted=True)
+    assert assistant_said(cut) == "Sure.  [interrupted]"
+    unplayed = TurnResult(3, "streamed", transcript="Call my sister.", interrupted=True)
+    assert assistant_said(unplayed) == "[cut before a word of it was played]"
