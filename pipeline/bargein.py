@@ -8,10 +8,11 @@ The microphone source (``BargeIn.watch``) is the only reader of the microphone: 
 the utterance segmenter, hands finished utterances to the conversation, and triggers
 when the user talks over the assistant for long enough - or goes on talking after the end
 was taken, before a word of the reply was played (the end was a pause: the reply being
-prepared answers half a request, and the words go on with the rest, pipeline/rejoin.py). With open speakers the
-assistant's own voice reaches the microphone too, so during playback the ``EchoGuard``
-asks for more: a higher VAD probability, a level clearly above the echo that the current
-playback would produce, and longer speech (docs/talk.md has the measurements).
+prepared answers half a request, and the words go on with the rest, pipeline/rejoin.py).
+With open speakers the assistant's own voice reaches the microphone too, so during
+playback the ``EchoGuard`` asks for more: a higher VAD probability, a level clearly above
+the echo that the current playback would produce, and longer speech (docs/talk.md has the
+measurements).
 """
 
 from __future__ import annotations
