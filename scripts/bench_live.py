@@ -177,12 +177,15 @@ def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extr
 
 def answered(events: list[dict[str, object]]) -> list[int]:
     """The turn numbers that answered a question, in order. An abandoned speculation takes
-    a turn number too (it ran, unheard), so question k is the k-th answered turn."""
+    a turn number too (it ran, unheard), and so does a turn the user's voice cut before a
+    word of it played (the rest of a paused question: its words go on with the rest's
+    turn), so question k is the k-th answered turn."""
     names: dict[object, set[str]] = {}
     for e in events:
         names.setdefault(e["turn"], set()).add(f"{e['stage']}.{e['event']}")
     return [t for t, n in names.items() if "turn.end" in n  # type: ignore[misc]
-            and ("speculation.start" not in n or "speculation.confirmed" in n)]
+            and ("speculation.start" not in n or "speculation.confirmed" in n)
+            and ("bargein.detected" not in n or "playback.start" in n)]
 
 
 def running(events: list[dict[str, object]]) -> bool:

@@ -84,3 +84,20 @@ def test_the_report_sets_the_audio_beside_the_pipelines_clocks() -> None:
     assert "| mouth to ear (audio) | 850.0 (895.0) | 1600.0 (1600.0) |" in text
     assert "| browser + devices (audio less pipeline) | 225.0 (247.5) | 200.0 (200.0) |" in text
     assert "on/off = 0.53" in text and "no reply found on the recording 1" in text
+
+
+def test_turns_never_heard_answer_no_question() -> None:
+    """An abandoned speculation and a turn cut before a word of it played (the rest of a
+    paused question went on) take turn numbers but answer nothing: question k is the k-th
+    answered turn."""
+    def turn(n: int, *names: str) -> list[dict[str, object]]:
+        return [{"turn": n, "stage": name.split(".")[0], "event": name.split(".")[1],
+                 "t": 0.0} for name in ("turn.start", *names, "turn.end")]
+
+    events = (turn(1, "playback.start", "playback.end")
+              + turn(2, "speculation.start", "speculation.cancelled")
+              + turn(3, "speculation.start", "speculation.confirmed", "playback.start")
+              + turn(4, "bargein.detected")  # cut while it was prepared
+              + turn(5, "playback.start", "bargein.detected", "playback.stopped")
+              + turn(6, "playback.start", "playback.end"))
+    assert bench_live.answered(events) == [1, 3, 5, 6]
