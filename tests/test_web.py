@@ -1036,6 +1036,26 @@ async def test_ws_words_cut_unheard_go_before_the_next_utterance(web_app: Web) -
     await ws.close()
 
 
+async def test_ws_words_cut_while_whisper_runs_go_before_the_next(web_app: Web) -> None:
+    """The voice cuts the turn while Whisper still runs (a slow host): the turn waits for
+    the words, asks the LLM nothing, and the next utterance's turn is asked both."""
+    web_app.asr.seconds = 0.6
+    ws = await open_ws(web_app)
+    await utterance(ws, web_app, "Call my sister.", "c1")
+    got = await receive_until(ws, event_named("asr.start"))
+    await ws.send_json({"type": "interrupt", "by": "voice"})
+    got = await receive_until(ws, result_of(1), into=got)
+    cut = results(got)[1]
+    assert cut["interrupted"] and cut["transcript"] == "Call my sister."
+    assert web_app.fake.requests == []
+    web_app.asr.seconds = 0.0
+    await utterance(ws, web_app, "After lunch.", "c2")
+    got = await receive_until(ws, result_of(2), into=got)
+    assert results(got)[2]["transcript"] == "Call my sister. After lunch."
+    assert user_messages(web_app) == ["Call my sister. After lunch."]
+    await ws.close()
+
+
 async def test_ws_cuts_chain_and_a_kept_reply_passes_nothing_on(web_app: Web) -> None:
     web_app.tts.seconds = 1.0
     ws = await open_ws(web_app)
