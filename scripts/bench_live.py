@@ -55,6 +55,7 @@ PAUSED = [("Can you tell me about the", "history of bicycles?"),
           ("What should I do if my", "plants turn yellow?")]
 PAUSE_MS = 600
 PAUSED_PREFIX = "paused_"
+STEM = 5  # letters of a word that say it was heard, whatever Whisper made of its end
 PIECE_S = 2.2  # a turn on less audio than this answered part of a paused question
 QUIET_S = 1.2  # no turn running for this long after an answer: the question is done
 
@@ -196,14 +197,17 @@ def running(events: list[dict[str, object]]) -> bool:
 
 
 def false_endpoints(events: list[dict[str, object]]) -> int:
-    """Answered turns whose transcript is a paused question's first part only."""
-    heads = [(_words(a)[-2:], _words(b)[0]) for a, b in PAUSED]
+    """Answered turns whose transcript is a paused question's first part only: its last
+    words without the first word of the rest. That word is matched on its first
+    ``STEM`` letters: Whisper's "plant" for "plants" is the rest heard, not left out."""
+    heads = [(_words(a)[-2:], _words(b)[0][:STEM]) for a, b in PAUSED]
     count = 0
     for t in answered(events):
         words = _words(next((str(e["text"]) for e in events if e["turn"] == t
                              and e["stage"] == "asr" and e["event"] == "end"), ""))
         joined = " ".join(words)
-        count += any(" ".join(end) in joined and rest not in words for end, rest in heads)
+        count += any(" ".join(end) in joined and not any(w.startswith(rest) for w in words)
+                     for end, rest in heads)
     return count
 
 
@@ -213,13 +217,16 @@ def answered_in_pieces(events: list[dict[str, object]], samples: int) -> int:
     a first part). The paused questions come after the ``samples`` sample questions; each
     is 2.7 s or more of voice, its first part under 1.5 s, so an answered turn on less than
     ``PIECE_S`` of audio answered a piece. A piece answered before the question's rest and
-    the rest answered after it count once."""
+    the rest answered after it count once. A turn sent the words of a turn cut before it
+    (``rejoined``, the rest of a question whose first part's reply was cut) was asked the
+    whole question: not a piece."""
     pieces, previous_short = 0, False
     for t in answered(events)[samples:]:
-        audio_s = next((float(e["audio_s"]) for e in events  # type: ignore[arg-type]
-                        if e["turn"] == t and e["stage"] == "asr" and e["event"] == "start"),
-                       None)
-        short = audio_s is not None and audio_s < PIECE_S
+        mine = [e for e in events if e["turn"] == t and e["stage"] == "asr"]
+        audio_s = next((float(e["audio_s"]) for e in mine  # type: ignore[arg-type]
+                        if e["event"] == "start"), None)
+        rejoined = any("rejoined" in e for e in mine if e["event"] == "end")
+        short = audio_s is not None and audio_s < PIECE_S and not rejoined
         pieces += short and not previous_short
         previous_short = short
     return pieces

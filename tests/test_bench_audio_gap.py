@@ -101,3 +101,32 @@ def test_turns_never_heard_answer_no_question() -> None:
               + turn(5, "playback.start", "bargein.detected", "playback.stopped")
               + turn(6, "playback.start", "playback.end"))
     assert bench_live.answered(events) == [1, 3, 5, 6]
+
+
+def test_a_false_endpoint_is_a_first_part_answered_without_the_rest() -> None:
+    def heard(n: int, text: str, **more: object) -> list[dict[str, object]]:
+        return [{"turn": n, "stage": "turn", "event": "start", "t": 0.0},
+                {"turn": n, "stage": "asr", "event": "end", "t": 0.5, "text": text, **more},
+                {"turn": n, "stage": "playback", "event": "start", "t": 1.0},
+                {"turn": n, "stage": "turn", "event": "end", "t": 2.0}]
+
+    assert bench_live.false_endpoints(heard(1, "What should I do if my...")) == 1
+    # the rest heard, misheard at its end ("plant" for "plants"): not a false endpoint
+    assert bench_live.false_endpoints(heard(1, "What should I do if my plant is so yellow?")) \
+        == 0
+
+
+def test_the_rest_of_a_question_sent_with_its_first_part_is_not_a_piece() -> None:
+    """A paused question's rest (1.4 s of audio) answered alone is a piece; sent with the
+    words of the first part's cut turn (``rejoined``), it was asked the whole question."""
+    def rest(**more: object) -> list[dict[str, object]]:
+        return [{"turn": 2, "stage": "asr", "event": "start", "t": 0.0, "audio_s": 1.4},
+                {"turn": 2, "stage": "asr", "event": "end", "t": 0.5,
+                 "text": "History of bicycles?", **more},
+                {"turn": 2, "stage": "playback", "event": "start", "t": 1.0},
+                {"turn": 2, "stage": "turn", "event": "end", "t": 2.0}]
+
+    assert bench_live.answered_in_pieces(rest(), samples=0) == 1
+    joined = rest(rejoined={"text": "Can you tell me about the", "turn": 1})
+    assert bench_live.answered_in_pieces(joined, samples=0) == 0
+    assert bench_live.false_endpoints(joined) == 0
