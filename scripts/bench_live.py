@@ -198,15 +198,17 @@ def running(events: list[dict[str, object]]) -> bool:
 
 def false_endpoints(events: list[dict[str, object]]) -> int:
     """Answered turns whose transcript is a paused question's first part only: its last
-    words without the first word of the rest. That word is matched on its first
-    ``STEM`` letters: Whisper's "plant" for "plants" is the rest heard, not left out."""
-    heads = [(_words(a)[-2:], _words(b)[0][:STEM]) for a, b in PAUSED]
+    words and none of the rest's. The rest's words are matched on their first ``STEM``
+    letters, and any one of them will do: Whisper's "plan is so yellow" for "plants turn
+    yellow" is the rest heard, not left out."""
+    heads = [(_words(a)[-2:], [w[:STEM] for w in _words(b)]) for a, b in PAUSED]
     count = 0
     for t in answered(events):
         words = _words(next((str(e["text"]) for e in events if e["turn"] == t
                              and e["stage"] == "asr" and e["event"] == "end"), ""))
         joined = " ".join(words)
-        count += any(" ".join(end) in joined and not any(w.startswith(rest) for w in words)
+        count += any(" ".join(end) in joined
+                     and not any(w.startswith(r) for w in words for r in rest)
                      for end, rest in heads)
     return count
 

@@ -111,8 +111,10 @@ def test_a_false_endpoint_is_a_first_part_answered_without_the_rest() -> None:
                 {"turn": n, "stage": "turn", "event": "end", "t": 2.0}]
 
     assert bench_live.false_endpoints(heard(1, "What should I do if my...")) == 1
-    # the rest heard, misheard at its end ("plant" for "plants"): not a false endpoint
+    # the rest heard, misheard ("plant"/"plan" for "plants"): not a false endpoint
     assert bench_live.false_endpoints(heard(1, "What should I do if my plant is so yellow?")) \
+        == 0
+    assert bench_live.false_endpoints(heard(1, "What should I do if my plan is to turn?")) \
         == 0
 
 
