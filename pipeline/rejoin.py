@@ -80,8 +80,9 @@ class CutWords:
         it uses up the cut words it was sent with, unless it was cut unkept in turn
         (``by_voice``: by the user's voice, not the conversation ending or a stop button):
         then its own user message, those words included, waits for the next (cuts chain).
-        A failed turn (no speech heard, the server down) leaves them for the next
-        utterance, still bounded by ``rejoin_s`` from the cut: they were not answered."""
+        A failed turn (the server down) leaves them for the next utterance, still bounded
+        by ``rejoin_s`` from the cut: they were not answered. (An utterance with no words
+        does not fail when it carries them: its turn answers them, pipeline/turn.py.)"""
         if result.error is not None:
             return
         if (result.interrupted and not result.committed and by_voice

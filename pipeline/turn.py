@@ -527,8 +527,10 @@ class _Turn:
         rejoined: dict[str, Any] = ({} if self.rejoined is None
                                     else {"rejoined": self.rejoined.to_dict()})
         self.rec.emit(EventName.ASR_END, text=transcript, **confidence, **rejoined)
-        if not transcript:
+        if not transcript and self.rejoined is None:
             raise TurnError("heard no speech in this turn (silence or noise only)")
+        # With words of a cut turn and none new, the voice that cut it was no words (a
+        # cough, a noise): the cut request is answered after all.
         return transcript
 
     async def unless_stopped(self, work: Coroutine[Any, Any, AsrResult]) -> AsrResult:

@@ -228,3 +228,21 @@ def test_the_assistant_line_says_a_reply_was_cut_before_it_played() -> None:
     assert assistant_said(cut) == "Sure.  [interrupted]"
     unplayed = TurnResult(3, "streamed", transcript="Call my sister.", interrupted=True)
     assert assistant_said(unplayed) == "[cut before a word of it was played]"
+
+
+async def test_a_cut_by_a_noise_answers_the_cut_request_after_all(llm) -> None:  # noqa: F811
+    """The voice that cut the reply was no words (a cough: Whisper hears nothing in it): the
+    cut request is not left waiting for another utterance, that turn answers it."""
+    fake, client = llm
+    runner = await runner_for(fake, client)
+    seg, turns, live = taker(runner, speculate=False)
+    await cut_turn(runner, live, turns, "Call my sister.")
+    runner.asr = FakeAsr("")
+    live.on_utterance(end(0.4))
+    await until(lambda: len(turns) == 2)
+    await live.close()
+    answer = turns[1].result
+    assert answer.error is None and answer.committed
+    assert answer.transcript == "Call my sister." and sent_user(fake) == "Call my sister."
+    assert asr_end(turns[1]).data["text"] == ""
+    assert live.cuts.cut is None
