@@ -44,8 +44,9 @@ class Interruptible(Protocol):
 
 
 class BargeIn:
-    def __init__(self, target: Interruptible) -> None:
+    def __init__(self, target: Interruptible, *, cut_prepared: bool = True) -> None:
         self.target = target
+        self.cut_prepared = cut_prepared  # False: the voice cuts only a reply that plays
         self._playback_started = asyncio.Event()
         self._playbacks = 0  # playback.start events seen: tells this turn's from the last's
         self.speaking = False  # between this turn's playback.start and its end
@@ -59,7 +60,8 @@ class BargeIn:
     @property
     def listening(self) -> bool:
         """Would the user's voice now cut a reply (being played or prepared)?"""
-        return self.speaking or (self.preparing and not self._unconfirmed)
+        return self.speaking or (self.cut_prepared and self.preparing
+                                 and not self._unconfirmed)
 
     def on_event(self, ev: Event) -> None:
         """Event listener: follows the turn so sources know when the assistant speaks."""

@@ -47,13 +47,14 @@ class LiveOptions:
     keep_warm: bool = True  # tiny engine passes while the user speaks (pipeline/warm.py)
     gap_ms: int | None = 96  # Whisper starts at this gap, before the pause (early_asr.py)
     complete_ms: int = EndpointPolicy.complete_ms  # the endpoint's wait after a whole sentence
+    cut_prepared: bool = True  # voice cuts a reply still being prepared (pipeline/bargein.py)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, speculate: bool | None = None) -> LiveOptions:
         return cls(speculate=args.speculate if speculate is None else speculate,
                    pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms,
                    keep_warm=args.keep_warm, gap_ms=args.gap_ms or None,
-                   complete_ms=args.complete_ms)
+                   complete_ms=args.complete_ms, cut_prepared=args.cut_prepared)
 
 
 class LiveConversation:
@@ -75,7 +76,7 @@ class LiveConversation:
         from pipeline.tasks import TaskSet
 
         self.runner = runner
-        self._bargein = BargeIn(runner)
+        self._bargein = BargeIn(runner, cut_prepared=options.cut_prepared)
         runner.listeners.append(self._bargein.on_event)
         self._segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
             end_silence_ms=options.end_silence_ms,

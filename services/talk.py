@@ -163,7 +163,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     assistant = await turn_options.assistant_for(args, args.mode)
     sink = PlaybackTap(SoundDeviceSink(device_arg(args.output_device)))
     runner = assistant.runner(sink, listeners=[write_event, status.on_event])
-    bargein = BargeIn(runner)
+    bargein = BargeIn(runner, cut_prepared=args.cut_prepared)
     runner.listeners.append(bargein.on_event)
     segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
         end_silence_ms=args.end_silence_ms, bargein_min_ms=args.bargein_min_ms,

@@ -233,6 +233,10 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
                    "(held-out mid-sentence pauses, the reply ready 350 ms after the pause: "
                    "15%% at 500, 4%% at 800, 0%% at 900), every finished question answered "
                    "later once the reply is ready sooner than the wait (docs/live.md)")
+    p.add_argument("--no-cut-prepared", dest="cut_prepared", action="store_false",
+                   help="your voice cuts the reply only once it plays, not while it is "
+                   "being prepared after the end was taken (by default going on after a "
+                   "pause cuts it, and its words go with the rest; docs/talk.md)")
     p.add_argument("--no-keep-warm", dest="keep_warm", action="store_false",
                    help="do not run tiny Whisper and Piper passes while you speak (they keep "
                    "the engines warm for the turn at your pause: ~10%% of the CPU while you "

@@ -178,12 +178,13 @@ async def test_speech_while_not_speaking_is_an_utterance_not_a_barge_in(vad):
     assert [p for _u, p in room.utterances] == [False]
 
 
-async def watch_while_preparing(vad: SileroStream, user: np.ndarray,
-                                *events: str) -> Room:
+async def watch_while_preparing(vad: SileroStream, user: np.ndarray, *events: str,
+                                cut_prepared: bool = True) -> Room:
     """The user talks while a turn prepares its reply (``events`` recorded first, no
     playback ever starts)."""
     vad.reset()
     room = Room(user)
+    room.bargein.cut_prepared = cut_prepared
     for name in events:
         room.recorder.emit(name)
     await room.bargein.watch(
@@ -216,6 +217,14 @@ async def test_speech_during_an_unconfirmed_speculation_is_not_a_barge_in(vad):
     assert room.trigger_at is not None
     room = await watch_while_preparing(vad, user, "turn.start", "turn.end")
     assert room.trigger_at is None  # the turn is over: nothing to cut
+
+
+async def test_no_cut_prepared_leaves_a_reply_being_prepared_alone(vad):
+    """``--no-cut-prepared``: only a reply that plays is cut."""
+    user = np.concatenate([silence(0.5), load_wav(SAMPLES / "03_sky_blue.wav"),
+                           silence(1.0)])
+    room = await watch_while_preparing(vad, user, "turn.start", cut_prepared=False)
+    assert room.trigger_at is None and [p for _u, p in room.utterances] == [False]
 
 
 async def test_echo_guard_ignores_the_assistants_own_voice(vad, assistant_voice):
