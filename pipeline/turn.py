@@ -356,14 +356,17 @@ class _Turn:
         self.started_playing = False
         self.confirmed = confirmed
         self.speech_end_ms = speech_end_ms
-        self.abandoned = False
-        self.dropped = asyncio.Event()  # set with abandoned
+        self.dropped = asyncio.Event()  # abandon(): a speculation the user talked on through
         self.interrupted: asyncio.Event = asyncio.Event()
         self.unanswered = ""  # the words of a turn stopped before its request
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
         self.early = early  # a transcription started before t = 0 (pipeline/early_asr.py)
         self.rejoined = rejoined  # the user's words of a cut turn, before the new ones
+
+    @property
+    def abandoned(self) -> bool:
+        return self.dropped.is_set()
 
     # -- the turn ---------------------------------------------------------------------
     async def run(self, audio: np.ndarray | None, text: str | None) -> TurnResult:
@@ -726,7 +729,6 @@ class _Turn:
     def abandon(self, reason: str) -> None:
         if self.interrupted.is_set():
             return
-        self.abandoned = True
         self.dropped.set()
         self.rec.emit(EventName.SPECULATION_CANCELLED, reason=reason)
         self.stop()

@@ -18,7 +18,7 @@ from test_turn import FakeAsr, FakeTts, make_runner
 from pipeline.events import Event, EventName
 from pipeline.live import LiveTurn
 from pipeline.mic import SpeechResumed
-from pipeline.turn import TurnRunner, join_transcripts
+from pipeline.turn import TurnResult, TurnRunner, join_transcripts
 
 
 class HalfSecondVoice(FakeTts):
@@ -57,6 +57,18 @@ async def cut_turn(runner: TurnRunner, live: Any, turns: list[LiveTurn], text: s
     return turns[-1]
 
 
+async def answer_next(runner: TurnRunner, live: Any, turns: list[LiveTurn], text: str,
+                      seconds: float = 0.8) -> TurnResult:
+    """The next utterance (``seconds`` long, heard as ``text``): its turn's result once it
+    is over, the conversation then closed."""
+    runner.asr = FakeAsr(text)
+    count = len(turns)
+    live.on_utterance(end(seconds))
+    await until(lambda: len(turns) > count)
+    await live.close()
+    return turns[-1].result
+
+
 async def runner_for(fake: Any, client: Any) -> TurnRunner:
     return await make_runner(fake, client, max_sentences=2, tts=HalfSecondVoice())
 
@@ -81,11 +93,7 @@ async def test_words_cut_unheard_go_before_the_next_utterance(llm) -> None:  # n
     assert first.result.interrupted and not first.result.committed
     assert runner.conversation.history == []  # the pair is not kept...
 
-    runner.asr = FakeAsr("After lunch.")
-    live.on_utterance(end(0.8))
-    await until(lambda: len(turns) == 2)
-    await live.close()
-    second = turns[1].result
+    second = await answer_next(runner, live, turns, "After lunch.")
     # ...but its words are: the LLM is asked the whole request, the history keeps it.
     assert second.error is None and second.committed
     assert second.transcript == "Call my sister. After lunch."
@@ -128,10 +136,8 @@ async def test_a_cut_reply_that_was_kept_passes_nothing_on(llm) -> None:  # noqa
     first = await cut_turn(runner, live, turns, "How do I sleep better?", at_s=0.7)
     assert first.result.interrupted and first.result.committed  # 7 words heard: kept
 
-    runner.asr = FakeAsr("And in summer?")
-    live.on_utterance(end(0.8))
-    await until(lambda: len(turns) == 2)
-    await live.close()
+    await answer_next(runner, live, turns, "And in summer?")
+    assert len(turns) == 2
     assert sent_user(fake) == "And in summer?"
     assert "rejoined" not in asr_end(turns[1]).data
     assert [m["content"] for m in runner.conversation.history[::2]] == [
@@ -210,16 +216,13 @@ async def test_words_cut_while_whisper_runs_are_kept_for_the_next(llm) -> None: 
     assert first.interrupted and not first.abandoned and not first.committed
     assert first.transcript == "Call my sister."
 
-    runner.asr = FakeAsr("After lunch.")
-    live.on_utterance(end(0.8))
-    await until(lambda: len(turns) == 2)
-    await live.close()
+    await answer_next(runner, live, turns, "After lunch.")
+    assert len(turns) == 2
     assert sent_user(fake) == "Call my sister. After lunch."
     assert runner.conversation.history[0]["content"] == "Call my sister. After lunch."
 
 
 def test_the_assistant_line_says_a_reply_was_cut_before_it_played() -> None:
-    from pipeline.turn import TurnResult
     from services.timeline import assistant_said
 
     whole = TurnResult(1, "streamed", reply="Sure. ")
@@ -237,11 +240,8 @@ async def test_a_cut_by_a_noise_answers_the_cut_request_after_all(llm) -> None: 
     runner = await runner_for(fake, client)
     seg, turns, live = taker(runner, speculate=False)
     await cut_turn(runner, live, turns, "Call my sister.")
-    runner.asr = FakeAsr("")
-    live.on_utterance(end(0.4))
-    await until(lambda: len(turns) == 2)
-    await live.close()
-    answer = turns[1].result
+    answer = await answer_next(runner, live, turns, "", seconds=0.4)
+    assert len(turns) == 2
     assert answer.error is None and answer.committed
     assert answer.transcript == "Call my sister." and sent_user(fake) == "Call my sister."
     assert asr_end(turns[1]).data["text"] == ""
