@@ -11,9 +11,14 @@ features, and the encoder's cost falls with them. ``window="fitted"`` computes t
 with faster-whisper's own extractor, pads them with ``pad_s`` of silence after the audio
 (Whisper needs that silence to close its transcript: with too little it repeats the
 sentence until the length limit) and runs CTranslate2's ``generate`` on that. Audio whose
-fitted window would not be shorter than 30 s, and a fitted decode that still looks like a
-loop, go through faster-whisper's normal 30 s path (``window="full"``, kept for
-comparison: ``--asr-window full``).
+fitted window would not be shorter than 30 s goes through faster-whisper's normal 30 s
+path (``window="full"``, kept for comparison: ``--asr-window full``).
+
+**A loop is redone with more silence first.** ~2 % of the cuts the live path makes loop
+on the fitted window ("Why is the sky blue? Why is the sky blue? Why is"). The fitted
+window again with ``RETRY_PAD_S`` of silence costs what the first decode did and gave the
+same text as the 30 s window on every looped cut measured, which costs ~5x as much
+(``scripts/bench_asr.py retry``); only a decode that loops twice goes to the 30 s path.
 
 **The decode cap.** Both paths stop after a number of tokens proportional to the audio
 length, so a repetition loop can never cost more than a few hundred milliseconds.
@@ -58,6 +63,10 @@ WINDOWS: tuple[Window, ...] = ("fitted", "full")
 # drop words, +1.5 s and +2 s still looped on 1 of 18, +2.5 s to +4 s were as exact as the
 # 30 s window. 3 s is the middle of that band and costs ~15 ms more than 2 s.
 DEFAULT_PAD_S = 3.0
+# The second fitted decode after a loop: 1 s more silence. On the 6 of 360 live-like cuts
+# that looped at 3 s (`scripts/bench_asr.py retry`), 4 s and 5 s ended all six with the
+# 30 s window's words, 2 s only two.
+RETRY_PAD_S = 4.0
 # Decode cap: fast speech is ~3.5 words/s, ~5 tokens/s; 10 tokens per second of audio
 # (plus a floor for one-word turns) never cut a real question and bounds a loop.
 TOKENS_PER_SECOND = 10.0
@@ -80,13 +89,18 @@ class Transcript:
     avg_logprob: float = 0.0
     tokens: int = 0
     raw_text: str = ""  # what Whisper said before the gate's verdict
-    fell_back: str = ""  # why a fitted decode was redone on the full window
+    fell_back: str = ""  # why the first fitted decode was redone ("" if it was not)
     # Whisper's probability of the last word (its least likely token), fitted window only:
     # a fragment's last word misheard into a sentence ("if I only have" -> "harm?") is
     # one Whisper was unsure of, though the rest of the words were clear.
     last_word_prob: float | None = None
     gate: GateVerdict | None = None
     evidence: SpeechEvidence | None = field(default=None, repr=False)
+
+    @property
+    def redone(self) -> str:
+        """How a looped first decode was redone: "fitted" (more silence), "full" or ""."""
+        return self.window if self.fell_back else ""
 
 
 def fitted_frames(samples: int, pad_s: float) -> int:
@@ -242,6 +256,13 @@ class WhisperAsr:
                 why = self._looks_broken(fitted, samples.size)
                 if not why:
                     return fitted
+                retry = fitted_frames(samples.size, max(self.pad_s, RETRY_PAD_S))
+                if retry > frames and retry < FULL_WINDOW_FRAMES:
+                    log.info("fitted window: %s; redoing with %.0f s of silence", why,
+                             max(self.pad_s, RETRY_PAD_S))
+                    again = self._fitted(samples, retry)
+                    if not self._looks_broken(again, samples.size):
+                        return replace(again, fell_back=why)
                 log.info("fitted window: %s; redoing on the 30 s window", why)
                 full = self._full(samples)
                 return replace(full, fell_back=why)

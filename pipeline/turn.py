@@ -66,6 +66,9 @@ class Recognition(Protocol):
     avg_logprob: float
     last_word_prob: float | None
 
+    @property
+    def redone(self) -> str: ...  # how a looped decode was redone ("" if it was not)
+
 
 @runtime_checkable
 class ConfidentTranscriber(Protocol):
@@ -278,7 +281,8 @@ class TurnRunner:
         started = time.perf_counter()
         if isinstance(asr, ConfidentTranscriber):
             heard = asr.recognize(audio)
-            result = AsrResult(heard.text, heard.avg_logprob, heard.last_word_prob)
+            result = AsrResult(heard.text, heard.avg_logprob, heard.last_word_prob,
+                               heard.redone)
         else:
             result = AsrResult(asr.transcribe(audio))
         self.asr_clock.last_ms = (time.perf_counter() - started) * 1000
@@ -525,11 +529,13 @@ class _Turn:
                       else {"avg_logprob": round(heard.avg_logprob, 3)})
         if heard.last_word_prob is not None:
             confidence["last_word_prob"] = round(heard.last_word_prob, 3)
+        # Whisper looped: part of asr_ms is the decode done again.
+        redone: dict[str, Any] = {"redone": heard.redone} if heard.redone else {}
         # ``text`` stays the new words alone (the live endpoint policy judges them, with the
         # confidence and pitch of this audio); ``rejoined`` says what goes before them.
         rejoined: dict[str, Any] = ({} if self.rejoined is None
                                     else {"rejoined": self.rejoined.to_dict()})
-        self.rec.emit(EventName.ASR_END, text=transcript, **confidence, **rejoined)
+        self.rec.emit(EventName.ASR_END, text=transcript, **confidence, **redone, **rejoined)
         if not transcript and self.rejoined is None:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         # With words of a cut turn and none new, the voice that cut it was no words (a

@@ -8,6 +8,11 @@ All with the real bundled Whisper base (int8, beam 1, 2 threads) on real clips:
   the ratio, and the word error rate of each on the samples and the held-out questions.
 * ``pad``: word error rate, repetition loops and time of the fitted window for several
   paddings after the audio (no fallback, so a loop shows).
+* ``retry``: each question cut the way the live path cuts it (several lead-ins before the
+  first voiced sample, several silences after the last: the gap's ~100 ms, the pause's
+  ~200 ms), through the fitted window; on the cuts where Whisper loops, what each way of
+  redoing it costs and gets right: the 30 s window, or the fitted window again with more
+  silence after the audio (``--retry-pads``), interleaved on the same cuts.
 * ``gate``: false-reject / false-accept rates of several no-speech rules on the clips of
   ``scripts/make_gate_clips.py`` (run that first), per category for the shipped gate.
 
@@ -174,6 +179,78 @@ def bench_pad(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows": rows}
 
 
+def voiced_span(audio: np.ndarray) -> tuple[int, int]:
+    """First and last sample of the 10 ms frames louder than 5 % of the loudest one."""
+    frame = SAMPLE_RATE // 100
+    n = audio.size // frame
+    rms = np.sqrt(np.mean(audio[:n * frame].reshape(n, frame) ** 2, axis=1))
+    loud = np.nonzero(rms > 0.05 * rms.max())[0]
+    return int(loud[0]) * frame, int(loud[-1] + 1) * frame
+
+
+def live_cuts(audio: np.ndarray, leads: list[float],
+              tails: list[float]) -> list[tuple[float, float, np.ndarray]]:
+    """The utterance as the segmenter hands it over, for each lead-in and trailing silence."""
+    first, last = voiced_span(audio)
+    padded = np.concatenate([audio, np.zeros(SAMPLE_RATE, dtype=np.float32)])
+    return [(lead, tail, padded[max(0, first - int(lead * SAMPLE_RATE)):
+                                 last + int(tail * SAMPLE_RATE)])
+            for lead in leads for tail in tails]
+
+
+def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
+    asr = load_asr(args, gate=False)
+    clips = speech_clips(args.clips)
+    looped: list[dict[str, Any]] = []
+    first_ms: list[float] = []
+    cuts = 0
+    for _set, name, text, audio in clips:
+        for lead, tail, cut in live_cuts(audio, args.leads, args.tails):
+            cuts += 1
+            took, result = timed(lambda a=cut: asr._fitted(a, fitted_frames(a.size, asr.pad_s)))
+            first_ms.append(took)
+            if asr._looks_broken(result, cut.size):
+                looped.append({"name": name, "text": text, "lead": lead, "tail": tail,
+                               "audio": cut, "looped": result.text})
+    print(f"\n{cuts} cuts of {len(clips)} questions (lead-ins {args.leads} s, trailing "
+          f"silence {args.tails} s): fitted window (pad {asr.pad_s:g} s) p50 "
+          f"{statistics.median(first_ms):.0f} ms; **{len(looped)} looped**")
+    ways: dict[str, Callable[[np.ndarray], Transcript]] = {
+        "30 s window": lambda a: asr._full(a)}
+    for pad in args.retry_pads:
+        ways[f"fitted, pad {pad:g} s"] = (
+            lambda a, p=pad: asr._fitted(a, fitted_frames(a.size, p)))
+    rows = []
+    if looped:
+        ms: dict[str, list[float]] = {w: [] for w in ways}
+        ok: dict[str, int] = {w: 0 for w in ways}
+        pairs: dict[str, list[tuple[str, str]]] = {w: [] for w in ways}
+        for i, item in enumerate(looped):
+            order = list(ways) if i % 2 == 0 else list(reversed(ways))
+            for way in order:
+                took, result = timed(lambda w=way, a=item["audio"]: ways[w](a))
+                ms[way].append(took)
+                fine = not asr._looks_broken(result, item["audio"].size)
+                ok[way] += fine
+                pairs[way].append((item["text"], result.text))
+                item[way] = result.text
+        print("\n| redo the looped cuts with | ms p50 | max | no loop | WER (errors/words) |")
+        print("|---|---:|---:|---:|---:|")
+        for way in ways:
+            rate, errors, total = wer(pairs[way])
+            rows.append({"way": way, "p50": statistics.median(ms[way]), "max": max(ms[way]),
+                         "ok": ok[way], "wer": rate, "errors": errors, "words": total})
+            print(f"| {way} | {statistics.median(ms[way]):.0f} | {max(ms[way]):.0f} | "
+                  f"{ok[way]}/{len(looped)} | {rate:.3f} ({errors}/{total}) |")
+        if args.verbose:
+            for item in looped:
+                print(f"- {item['name']} lead {item['lead']} tail {item['tail']}: "
+                      f"{item['looped']!r} -> " + " / ".join(
+                          f"{w}: {item[w]!r}" for w in ways))
+    return {"cuts": cuts, "fitted_p50": statistics.median(first_ms), "rows": rows,
+            "looped": [{k: v for k, v in item.items() if k != "audio"} for item in looped]}
+
+
 RULES: dict[str, Callable[[dict[str, Any], GateConfig], bool]] = {
     # True = "this is speech, send it on"
     "no gate (any text)": lambda c, g: bool(words(c["text"])),
@@ -239,11 +316,18 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=("window", "pad", "gate"))
+    parser.add_argument("what", choices=("window", "pad", "retry", "gate"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pads", type=float, nargs="+",
                         default=[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
+    parser.add_argument("--leads", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3],
+                        help="retry: lead-ins before the first voiced sample, s")
+    parser.add_argument("--tails", type=float, nargs="+",
+                        default=[0.05, 0.1, 0.15, 0.2, 0.3],
+                        help="retry: silences after the last voiced sample, s")
+    parser.add_argument("--retry-pads", type=float, nargs="+", default=[2.0, 4.0, 5.0],
+                        help="retry: paddings for a second fitted decode, s")
     parser.add_argument("--windows", nargs="+", default=["fitted", "full"])
     parser.add_argument("--clips", type=Path, default=CLIPS)
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_asr")
@@ -253,7 +337,9 @@ def main() -> int:
 
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    result = {"window": bench_window, "pad": bench_pad, "gate": bench_gate}[args.what](args)
+    benches = {"window": bench_window, "pad": bench_pad, "retry": bench_retry,
+               "gate": bench_gate}
+    result = benches[args.what](args)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.what}.json"
     path.write_text(json.dumps(result, indent=1, default=str))

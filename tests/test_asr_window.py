@@ -15,6 +15,7 @@ from pipeline.asr import (
     DEFAULT_PAD_S,
     FULL_WINDOW_FRAMES,
     MAX_DECODE_TOKENS,
+    RETRY_PAD_S,
     SAMPLE_RATE,
     Transcript,
     WhisperAsr,
@@ -69,30 +70,52 @@ def test_repeated_phrase_catches_short_loops_gzip_misses() -> None:
     assert repeated_phrase("Yes, yes, yes.") == ""  # a few repeated words are not a loop
 
 
-def test_a_short_repeated_question_is_redone_on_the_full_window() -> None:
-    loop = Transcript("Why does bread go stale so fast? Why does bread go stale so",
-                      "fitted", tokens=14)
-    asr = RecordingAsr(fitted=loop, gate=False)
+BREAD_LOOP = Transcript("Why does bread go stale so fast? Why does bread go stale so",
+                        "fitted", tokens=14)
+BREAD = Transcript("Why does bread go stale so fast?", "fitted", tokens=8)
+
+
+def test_a_looped_decode_is_redone_with_more_silence_before_the_30s_window() -> None:
+    asr = RecordingAsr(fitted=[BREAD_LOOP, BREAD], gate=False)
     result = asr.recognize(seconds(3))
+    assert asr.calls == [("fitted", fitted_frames(3 * SAMPLE_RATE, DEFAULT_PAD_S)),
+                         ("fitted", fitted_frames(3 * SAMPLE_RATE, RETRY_PAD_S))]
+    assert result.text == "Why does bread go stale so fast?"
+    assert result.window == "fitted" and "twice" in result.fell_back
+
+
+def test_a_short_repeated_question_that_loops_twice_is_redone_on_the_full_window() -> None:
+    asr = RecordingAsr(fitted=BREAD_LOOP, gate=False)
+    result = asr.recognize(seconds(3))
+    assert [c[0] for c in asr.calls] == ["fitted", "fitted", "full"]
     assert result.window == "full" and "twice" in result.fell_back
+
+
+def test_no_retry_with_more_silence_when_it_would_reach_30s() -> None:
+    long_s = FULL_WINDOW_FRAMES / 100 - RETRY_PAD_S + 0.5  # fits at 3 s, not at 4 s
+    asr = RecordingAsr(fitted=BREAD_LOOP, gate=False)
+    asr.recognize(seconds(long_s))
+    assert [c[0] for c in asr.calls] == ["fitted", "full"]
 
 
 class RecordingAsr(WhisperAsr):
     """WhisperAsr whose two decoding paths are scripted and recorded."""
 
-    def __init__(self, fitted: Transcript | None = None, full: Transcript | None = None,
-                 **kwargs: object) -> None:
+    def __init__(self, fitted: Transcript | list[Transcript] | None = None,
+                 full: Transcript | None = None, **kwargs: object) -> None:
         super().__init__(Path("/nonexistent"), **kwargs)  # type: ignore[arg-type]
         self._model = object()  # type: ignore[assignment]  # "loaded": no load() call
         self.calls: list[tuple[str, int]] = []
-        self.fitted_result = fitted or Transcript("Why is the sky blue?", "fitted", tokens=6,
-                                                  no_speech_prob=0.01, avg_logprob=-0.2)
+        # One result for every fitted decode, or one per decode in turn.
+        self.fitted_results = fitted if isinstance(fitted, list) else [
+            fitted or Transcript("Why is the sky blue?", "fitted", tokens=6,
+                                 no_speech_prob=0.01, avg_logprob=-0.2)]
         self.full_result = full or Transcript("Why is the sky blue?", "full", tokens=6,
                                               no_speech_prob=0.01, avg_logprob=-0.2)
 
     def _fitted(self, samples: np.ndarray, frames: int) -> Transcript:
         self.calls.append(("fitted", frames))
-        return self.fitted_result
+        return self.fitted_results[min(len(self.calls), len(self.fitted_results)) - 1]
 
     def _full(self, samples: np.ndarray) -> Transcript:
         self.calls.append(("full", samples.size))
@@ -129,7 +152,7 @@ def test_a_fitted_decode_that_hits_the_cap_is_redone_on_the_full_window() -> Non
     loop = Transcript("sky " * 40, "fitted", tokens=decode_cap(3 * SAMPLE_RATE))
     asr = RecordingAsr(fitted=loop, gate=False)
     result = asr.recognize(seconds(3))
-    assert [c[0] for c in asr.calls] == ["fitted", "full"]
+    assert [c[0] for c in asr.calls] == ["fitted", "fitted", "full"]
     assert result.window == "full" and "cap" in result.fell_back
     assert result.text == "Why is the sky blue?"
 

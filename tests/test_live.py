@@ -201,6 +201,7 @@ async def test_an_unsure_speculative_transcript_waits_the_default(llm) -> None:
         text: str
         avg_logprob: float
         last_word_prob: float | None = None
+        redone: str = ""
 
     class UnsureAsr(FakeAsr):
         def recognize(self, audio: np.ndarray) -> Heard:

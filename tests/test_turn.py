@@ -13,6 +13,7 @@ from fake_llm import FakeLlm, Reply
 
 from pipeline.audio_out import RealtimeNullSink
 from pipeline.conversation import Conversation
+from pipeline.early_asr import AsrResult
 from pipeline.heard import INTERRUPTED_MARK
 from pipeline.llm_client import LlmClient
 from pipeline.tts import ONSET_MARGIN_MS
@@ -243,6 +244,29 @@ async def test_no_speech_is_a_turn_error_not_a_crash(slow_fake) -> None:
     result = await runner.run(AUDIO)
     assert result.error and "no speech" in result.error
     assert fake.requests == []
+
+
+async def test_asr_end_says_when_whisper_looped_and_was_redone(slow_fake) -> None:
+    """A looped decode redone (``pipeline.asr``: more silence, or the 30 s window) is
+    named in ``asr.end``; a first decode that held names nothing."""
+
+    class Redone(FakeAsr):
+        def __init__(self, redone: str) -> None:
+            super().__init__("Why is the sky blue?")
+            self.redone = redone
+
+        def recognize(self, audio: np.ndarray) -> AsrResult:
+            return AsrResult(self.text, -0.2, 0.9, redone=self.redone)
+
+    fake, client = slow_fake
+    runner = await make_runner(fake, client)
+    ends = []
+    for redone in ("fitted", ""):
+        runner.asr = Redone(redone)
+        result = await runner.run(AUDIO)
+        ends += [e.data for e in result.events if e.name == "asr.end"]
+    assert ends[0]["redone"] == "fitted" and "redone" not in ends[1]
+    assert ends[0]["text"] == "Why is the sky blue?"
 
 
 async def test_interrupt_silences_hangs_up_and_keeps_what_was_heard(slow_fake) -> None:
