@@ -12,12 +12,15 @@ LLM to the first sentence, its TTS, and the rest (device / buffers / hand-offs).
 
 Same questions, both conditions, alternating order per round, one talk process per
 (round, condition); the LLM server is shared. ``--paused N`` adds N questions made with
-espeak-ng that pause 600 ms after a word that cannot end them ("Can you tell me about the
-... history of bicycles?"): speculation starts at the pause and must be cancelled, so the
-report counts cancellations and whether each one's slot was confirmed idle. Usage:
+espeak-ng that pause 600 ms (``--pause-ms``) after a word that cannot end them ("Can you
+tell me about the ... history of bicycles?"): speculation starts at the pause and must be
+cancelled, so the report counts cancellations and whether each one's slot was confirmed
+idle. A pause longer than ``--end-silence-ms`` (``--pause-ms 900``) is always taken for
+the end without speculation: what the report then counts is what became of the rest of the
+question (``--no-cut-prepared`` against the default, as a ``--condition``). Usage:
 
     scripts/bench_live.py [WAV_OR_DIR ...] [--rounds 2] [--out out/live] [--llm-url URL]
-                          [--paused N]
+                          [--paused N] [--pause-ms MS]
 
 Writes live.json (every turn) and live.md (the table), prints the table. Needs PulseAudio
 (scripts/setup installs it) and nothing else on the CPU: it is a benchmark.
@@ -96,7 +99,7 @@ def read_wav(path: Path) -> np.ndarray:
         return pcm.reshape(-1, w.getnchannels())[:, 0].astype(np.float32) / 32768
 
 
-def make_paused(n: int, folder: Path) -> list[Path]:
+def make_paused(n: int, folder: Path, pause_ms: int = PAUSE_MS) -> list[Path]:
     """``n`` questions with a mid-sentence pause, made with espeak-ng (not the reply's voice)."""
     from bench_endpoint import speak  # espeak-ng at 16 kHz, trimmed to its voice
 
@@ -106,7 +109,7 @@ def make_paused(n: int, folder: Path) -> list[Path]:
     out = []
     for i, (head, rest) in enumerate(PAUSED[:n]):
         parts = [speak(text, "en-us", 165, folder) for text in (head, rest)]
-        gap = np.zeros(SAMPLE_RATE * PAUSE_MS // 1000, np.float32)
+        gap = np.zeros(SAMPLE_RATE * pause_ms // 1000, np.float32)
         lead = np.zeros(SAMPLE_RATE // 5, np.float32)
         pcm = np.concatenate([lead, parts[0], gap, parts[1], lead])
         path = folder / f"{PAUSED_PREFIX}{i + 1:02d}.wav"
@@ -334,7 +337,8 @@ def p(values: list[float], q: float) -> float | None:
     return round(s[lo] + (s[hi] - s[lo]) * (k - lo), 1)
 
 
-def table(turns: list[Turn], counts: dict[str, dict[str, int]]) -> str:
+def table(turns: list[Turn], counts: dict[str, dict[str, int]],
+          pause_ms: int = PAUSE_MS) -> str:
     cols = [("mouth to ear (audio)", "mouth_to_ear_ms"), ("endpoint wait", "speech_end_ms"),
             ("asr", "asr_ms"), ("llm → 1st sentence", "first_sentence_ms"),
             ("tts 1st sentence", "tts_first_ms"), ("t0 → first audio", "first_audio_ms"),
@@ -361,7 +365,7 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]]) -> str:
                          f" ({len(on)} and {len(off)} turns)")
     paused = sum(t.file.startswith(PAUSED_PREFIX) for t in turns) // max(1, len(CONDITIONS))
     if paused:
-        lines.append(f"\npaused questions ({paused} per condition, {PAUSE_MS} ms mid-sentence "
+        lines.append(f"\npaused questions ({paused} per condition, {pause_ms} ms mid-sentence "
                      "pause; not in the table): answered at the pause (false endpoint): "
                      + ", ".join(f"{cond} {c.get('false_endpoints', 0)}"
                                  for cond, c in counts.items())
@@ -392,10 +396,14 @@ def main() -> int:
                     "'phrase cut=--first-phrase-chars 30' (repeatable)")
     ap.add_argument("--paused", type=int, default=0, metavar="N",
                     help=f"add N (at most {len(PAUSED)}) espeak-ng questions with a "
-                    f"{PAUSE_MS} ms pause mid-sentence, so speculations get cancelled")
+                    "pause mid-sentence, so speculations get cancelled")
+    ap.add_argument("--pause-ms", type=int, default=PAUSE_MS, metavar="MS",
+                    help=f"the paused questions' pause (default {PAUSE_MS}); longer than "
+                    "talk's --end-silence-ms (600) it is always taken for the end without "
+                    "speculation")
     ap.add_argument("--report-only", action="store_true",
                     help="measure the recordings and events a finished run left in --out "
-                    "again (same inputs, --rounds, --condition and --paused), run nothing")
+                    "again (same inputs, --rounds, --condition, --paused and --pause-ms), run nothing")
     args = ap.parse_args()
     if not 0 <= args.paused <= len(PAUSED):
         ap.error(f"--paused takes 0 to {len(PAUSED)}")
@@ -408,7 +416,7 @@ def main() -> int:
         CONDITIONS[cond] = [*args.talk_args.split(), *CONDITIONS[cond]]
     questions = sorted(q for i in args.inputs for q in (i.glob("*.wav") if i.is_dir() else [i]))
     args.out.mkdir(parents=True, exist_ok=True)
-    questions += make_paused(args.paused, args.out / "paused")
+    questions += make_paused(args.paused, args.out / "paused", args.pause_ms)
 
     turns: list[Turn] = []
     counts: dict[str, dict[str, int]] = {}
@@ -442,7 +450,7 @@ def main() -> int:
                 recording, events = run_condition(env, llm_url, questions,
                                                   CONDITIONS[cond], work)
                 add(cond, round_, recording, events)
-    report = table(turns, counts)
+    report = table(turns, counts, args.pause_ms)
     (args.out / "live.json").write_text(json.dumps(
         {"turns": [asdict(t) | {"device_ms": t.device_ms} for t in turns],
          "speculation": counts}, indent=2) + "\n")
