@@ -403,7 +403,8 @@ def main() -> int:
                     "speculation")
     ap.add_argument("--report-only", action="store_true",
                     help="measure the recordings and events a finished run left in --out "
-                    "again (same inputs, --rounds, --condition, --paused and --pause-ms), run nothing")
+                    "again (same inputs, --rounds, --condition, --paused and --pause-ms), "
+                    "run nothing")
     args = ap.parse_args()
     if not 0 <= args.paused <= len(PAUSED):
         ap.error(f"--paused takes 0 to {len(PAUSED)}")

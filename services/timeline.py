@@ -115,7 +115,11 @@ def summary_line(m: TurnMetrics) -> str:
     if m.first_audio_from_speech_end_ms is not None:
         parts.append(f"from your last sound {f(m.first_audio_from_speech_end_ms)} ms"
                      + (" (speculative)" if m.speculation_confirmed_ms is not None else ""))
-    if m.interrupted:
+    if m.interrupted and m.bargein_to_llm_closed_ms is None and m.ttft_ms is None:
+        # Cut while Whisper ran (or before the request): no stream was open to close.
+        parts.append(f"barge-in: silence {f(m.bargein_to_silence_ms)} ms, "
+                     "before the LLM request")
+    elif m.interrupted:
         parts.append(f"barge-in: silence {f(m.bargein_to_silence_ms)} / closed "
                      f"{f(m.bargein_to_llm_closed_ms)} / slot idle "
                      f"{f(m.bargein_to_slot_idle_ms)} ms")

@@ -1,0 +1,25 @@
+"""talk's per-turn summary line (``services.timeline.summary_line``)."""
+
+from __future__ import annotations
+
+from pipeline.metrics import TurnMetrics
+from services.timeline import summary_line
+
+
+def test_a_barge_in_names_what_it_closed() -> None:
+    line = summary_line(TurnMetrics("streamed", asr_ms=400, ttft_ms=200, interrupted=True,
+                                    bargein_to_silence_ms=3, bargein_to_llm_closed_ms=1,
+                                    bargein_to_slot_idle_ms=40))
+    assert "barge-in: silence 3 / closed 1 / slot idle 40 ms" in line
+
+
+def test_a_cut_before_the_llm_request_says_so_instead_of_dashes() -> None:
+    """The voice cut the turn while Whisper ran: no stream was open, no slot to watch."""
+    line = summary_line(TurnMetrics("streamed", asr_ms=400, interrupted=True,
+                                    bargein_to_silence_ms=0))
+    assert "barge-in: silence 0 ms, before the LLM request" in line
+    assert "closed -" not in line and "slot idle -" not in line
+
+
+def test_an_uninterrupted_turn_has_no_barge_in_part() -> None:
+    assert "barge-in" not in summary_line(TurnMetrics("streamed", asr_ms=400, ttft_ms=200))
