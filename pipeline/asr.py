@@ -16,9 +16,10 @@ path (``window="full"``, kept for comparison: ``--asr-window full``).
 
 **A loop is redone with more silence first.** ~2 % of the cuts the live path makes loop
 on the fitted window ("Why is the sky blue? Why is the sky blue? Why is"). The fitted
-window again with ``RETRY_PAD_S`` of silence costs what the first decode did and gave the
-same text as the 30 s window on every looped cut measured, which costs ~5x as much
-(``scripts/bench_asr.py retry``); only a decode that loops twice goes to the 30 s path.
+window again with more silence (``RETRY_PADS``) costs what the first decode did and gave the
+same text as the 30 s window on the looped cuts measured, which costs ~5x as much
+(``scripts/bench_asr.py retry``); only a decode that loops every time goes to the 30 s
+path.
 
 **The decode cap.** Both paths stop after a number of tokens proportional to the audio
 length, so a repetition loop can never cost more than a few hundred milliseconds.
@@ -63,10 +64,9 @@ WINDOWS: tuple[Window, ...] = ("fitted", "full")
 # drop words, +1.5 s and +2 s still looped on 1 of 18, +2.5 s to +4 s were as exact as the
 # 30 s window. 3 s is the middle of that band and costs ~15 ms more than 2 s.
 DEFAULT_PAD_S = 3.0
-# The second fitted decode after a loop: 1 s more silence. On the 6 of 360 live-like cuts
-# that looped at 3 s (`scripts/bench_asr.py retry`), 4 s and 5 s ended all six with the
-# 30 s window's words, 2 s only two.
-RETRY_PAD_S = 4.0
+# The fitted decodes after a loop, in turn, before the 30 s window: more silence after the
+# audio (`scripts/bench_asr.py retry`, docs/results.md).
+RETRY_PADS = (4.0, 6.0)
 # Decode cap: fast speech is ~3.5 words/s, ~5 tokens/s; 10 tokens per second of audio
 # (plus a floor for one-word turns) never cut a real question and bounds a loop.
 TOKENS_PER_SECOND = 10.0
@@ -256,17 +256,24 @@ class WhisperAsr:
                 why = self._looks_broken(fitted, samples.size)
                 if not why:
                     return fitted
-                retry = fitted_frames(samples.size, max(self.pad_s, RETRY_PAD_S))
-                if retry > frames and retry < FULL_WINDOW_FRAMES:
-                    log.info("fitted window: %s; redoing with %.0f s of silence", why,
-                             max(self.pad_s, RETRY_PAD_S))
-                    again = self._fitted(samples, retry)
-                    if not self._looks_broken(again, samples.size):
-                        return replace(again, fell_back=why)
-                log.info("fitted window: %s; redoing on the 30 s window", why)
-                full = self._full(samples)
-                return replace(full, fell_back=why)
+                return self._redo(samples, why)
         return self._full(samples)
+
+    def _redo(self, samples: np.ndarray, why: str) -> Transcript:
+        """A looped fitted decode done again: with more silence (``RETRY_PADS``), then on
+        the 30 s window if every one of those loops too."""
+        tried = fitted_frames(samples.size, self.pad_s)
+        for pad in RETRY_PADS:
+            frames = fitted_frames(samples.size, pad)
+            if frames <= tried or frames >= FULL_WINDOW_FRAMES:
+                continue
+            tried = frames
+            log.info("fitted window: %s; redoing with %.0f s of silence", why, pad)
+            again = self._fitted(samples, frames)
+            if not self._looks_broken(again, samples.size):
+                return replace(again, fell_back=why)
+        log.info("fitted window: %s; redoing on the 30 s window", why)
+        return replace(self._full(samples), fell_back=why)
 
     @staticmethod
     def _looks_broken(result: Transcript, samples: int) -> str:

@@ -8,7 +8,8 @@ All with the real bundled Whisper base (int8, beam 1, 2 threads) on real clips:
   the ratio, and the word error rate of each on the samples and the held-out questions.
 * ``pad``: word error rate, repetition loops and time of the fitted window for several
   paddings after the audio (no fallback, so a loop shows).
-* ``retry``: each question cut the way the live path cuts it (several lead-ins before the
+* ``retry``: each question (and the halves of ``bench_live``'s paused questions) cut the
+  way the live path cuts it (several lead-ins before the
   first voiced sample, several silences after the last: the gap's ~100 ms, the pause's
   ~200 ms), through the fitted window; on the cuts where Whisper loops, what each way of
   redoing it costs and gets right: the 30 s window, or the fitted window again with more
@@ -40,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.asr import (  # noqa: E402
     MAX_COMPRESSION_RATIO,
+    RETRY_PADS,
     Transcript,
     WhisperAsr,
     compression_ratio,
@@ -198,9 +200,25 @@ def live_cuts(audio: np.ndarray, leads: list[float],
             for lead in leads for tail in tails]
 
 
+def paused_parts(workdir: Path) -> list[tuple[str, str, str, np.ndarray]]:
+    """The two halves of ``bench_live``'s paused questions, each as the live path hears it
+    alone (espeak-ng): the words before the pause, and the rest after a cut."""
+    import tempfile
+
+    from bench_endpoint import speak
+    from bench_live import PAUSED
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        return [("paused", f"paused_{i + 1:02d}_{half}", text,
+                 speak(text, "en-us", 165, Path(tmp)))
+                for i, pair in enumerate(PAUSED)
+                for half, text in zip(("head", "rest"), pair, strict=True)]
+
+
 def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
     asr = load_asr(args, gate=False)
-    clips = speech_clips(args.clips)
+    clips = speech_clips(args.clips) + paused_parts(args.out)
     looped: list[dict[str, Any]] = []
     first_ms: list[float] = []
     cuts = 0
@@ -220,6 +238,9 @@ def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
     for pad in args.retry_pads:
         ways[f"fitted, pad {pad:g} s"] = (
             lambda a, p=pad: asr._fitted(a, fitted_frames(a.size, p)))
+    # What WhisperAsr does after a loop: RETRY_PADS in turn, then the 30 s window.
+    ways["fitted " + ", ".join(f"{p:g} s" for p in RETRY_PADS) + ", then 30 s (shipped)"] = (
+        lambda a: asr._redo(a, "bench"))
     rows = []
     if looped:
         ms: dict[str, list[float]] = {w: [] for w in ways}
@@ -326,7 +347,7 @@ def main() -> int:
     parser.add_argument("--tails", type=float, nargs="+",
                         default=[0.05, 0.1, 0.15, 0.2, 0.3],
                         help="retry: silences after the last voiced sample, s")
-    parser.add_argument("--retry-pads", type=float, nargs="+", default=[2.0, 4.0, 5.0],
+    parser.add_argument("--retry-pads", type=float, nargs="+", default=[4.0, 5.0, 6.0, 8.0],
                         help="retry: paddings for a second fitted decode, s")
     parser.add_argument("--windows", nargs="+", default=["fitted", "full"])
     parser.add_argument("--clips", type=Path, default=CLIPS)

@@ -15,7 +15,7 @@ from pipeline.asr import (
     DEFAULT_PAD_S,
     FULL_WINDOW_FRAMES,
     MAX_DECODE_TOKENS,
-    RETRY_PAD_S,
+    RETRY_PADS,
     SAMPLE_RATE,
     Transcript,
     WhisperAsr,
@@ -79,22 +79,34 @@ def test_a_looped_decode_is_redone_with_more_silence_before_the_30s_window() -> 
     asr = RecordingAsr(fitted=[BREAD_LOOP, BREAD], gate=False)
     result = asr.recognize(seconds(3))
     assert asr.calls == [("fitted", fitted_frames(3 * SAMPLE_RATE, DEFAULT_PAD_S)),
-                         ("fitted", fitted_frames(3 * SAMPLE_RATE, RETRY_PAD_S))]
+                         ("fitted", fitted_frames(3 * SAMPLE_RATE, RETRY_PADS[0]))]
     assert result.text == "Why does bread go stale so fast?"
     assert result.window == "fitted" and "twice" in result.fell_back
 
 
-def test_a_short_repeated_question_that_loops_twice_is_redone_on_the_full_window() -> None:
+def test_each_retry_pad_is_tried_in_turn() -> None:
+    asr = RecordingAsr(fitted=[BREAD_LOOP, BREAD_LOOP, BREAD], gate=False)
+    result = asr.recognize(seconds(3))
+    assert asr.calls == [("fitted", fitted_frames(3 * SAMPLE_RATE, pad))
+                         for pad in (DEFAULT_PAD_S, *RETRY_PADS)]
+    assert result.text == BREAD.text and result.window == "fitted"
+
+
+def test_a_question_that_loops_every_time_is_redone_on_the_full_window() -> None:
     asr = RecordingAsr(fitted=BREAD_LOOP, gate=False)
     result = asr.recognize(seconds(3))
-    assert [c[0] for c in asr.calls] == ["fitted", "fitted", "full"]
+    assert [c[0] for c in asr.calls] == ["fitted"] * (1 + len(RETRY_PADS)) + ["full"]
     assert result.window == "full" and "twice" in result.fell_back
 
 
 def test_no_retry_with_more_silence_when_it_would_reach_30s() -> None:
-    long_s = FULL_WINDOW_FRAMES / 100 - RETRY_PAD_S + 0.5  # fits at 3 s, not at 4 s
+    # Fits with 3 s of silence and with the first retry's, not with the second's.
+    long_s = FULL_WINDOW_FRAMES / 100 - RETRY_PADS[1] + 0.5
     asr = RecordingAsr(fitted=BREAD_LOOP, gate=False)
     asr.recognize(seconds(long_s))
+    assert [c[0] for c in asr.calls] == ["fitted", "fitted", "full"]
+    asr = RecordingAsr(fitted=BREAD_LOOP, gate=False)
+    asr.recognize(seconds(FULL_WINDOW_FRAMES / 100 - RETRY_PADS[0] + 0.5))
     assert [c[0] for c in asr.calls] == ["fitted", "full"]
 
 
@@ -152,7 +164,7 @@ def test_a_fitted_decode_that_hits_the_cap_is_redone_on_the_full_window() -> Non
     loop = Transcript("sky " * 40, "fitted", tokens=decode_cap(3 * SAMPLE_RATE))
     asr = RecordingAsr(fitted=loop, gate=False)
     result = asr.recognize(seconds(3))
-    assert [c[0] for c in asr.calls] == ["fitted", "fitted", "full"]
+    assert [c[0] for c in asr.calls] == ["fitted"] * (1 + len(RETRY_PADS)) + ["full"]
     assert result.window == "full" and "cap" in result.fell_back
     assert result.text == "Why is the sky blue?"
 
