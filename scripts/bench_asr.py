@@ -160,6 +160,10 @@ def bench_window(args: argparse.Namespace) -> dict[str, Any]:
 def bench_pad(args: argparse.Namespace) -> dict[str, Any]:
     asr = load_asr(args, gate=False)
     clips = speech_clips(args.clips)
+    if args.live_cuts:  # each question as the live path cuts it, and the paused halves
+        clips = [(set_, f"{name} {lead:g}/{tail:g}", text, cut)
+                 for set_, name, text, audio in clips + paused_parts(args.out)
+                 for lead, tail, cut in live_cuts(audio, args.leads, args.tails)]
     rows = []
     print("\n| pad after audio | WER (errors/words) | loops | fitted ms p50 |")
     print("|---:|---:|---:|---:|")
@@ -347,6 +351,9 @@ def main() -> int:
     parser.add_argument("--tails", type=float, nargs="+",
                         default=[0.05, 0.1, 0.15, 0.2, 0.3],
                         help="retry: silences after the last voiced sample, s")
+    parser.add_argument("--live-cuts", action="store_true",
+                        help="pad: cut each question as the live path does (--leads, "
+                        "--tails) and add the paused questions' halves")
     parser.add_argument("--retry-pads", type=float, nargs="+", default=[4.0, 5.0, 6.0, 8.0],
                         help="retry: paddings for a second fitted decode, s")
     parser.add_argument("--windows", nargs="+", default=["fitted", "full"])
