@@ -132,3 +132,15 @@ def test_the_rest_of_a_question_sent_with_its_first_part_is_not_a_piece() -> Non
     joined = rest(rejoined={"text": "Can you tell me about the", "turn": 1})
     assert bench_live.answered_in_pieces(joined, samples=0) == 0
     assert bench_live.false_endpoints(joined) == 0
+
+
+def test_paused_questions_pause_as_long_as_asked(tmp_path: Path) -> None:
+    """``--pause-ms``: the silence inside the paused question is the one asked for (espeak-ng
+    trims its own silence, so the longest quiet run inside the voice is the pause)."""
+    for pause_ms in (600, 900):
+        path = bench_live.make_paused(1, tmp_path / str(pause_ms), pause_ms)[0]
+        with wave.open(str(path)) as w:
+            pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32)
+        loud = np.flatnonzero(np.abs(pcm) > 0.01 * 32767)
+        longest_ms = np.max(np.diff(loud)) * 1000 / RATE
+        assert abs(longest_ms - pause_ms) < 60, (pause_ms, longest_ms)
