@@ -14,8 +14,9 @@ sentence until the length limit) and runs CTranslate2's ``generate`` on that. Au
 fitted window would not be shorter than 30 s goes through faster-whisper's normal 30 s
 path (``window="full"``, kept for comparison: ``--asr-window full``).
 
-**A loop is redone with more silence first.** ~2 % of the cuts the live path makes loop
-on the fitted window ("Why is the sky blue? Why is the sky blue? Why is"). The fitted
+**A loop is redone with more silence first.** ~2 % of the question WAVs cut as the live
+path cuts them loop on the fitted window ("Why is the sky blue? Why is the sky blue? Why
+is"), and more in talk (up to 12 of ~70 turns in one run, docs/live.md). The fitted
 window again with more silence (``RETRY_PADS``) costs what the first decode did and gave the
 same text as the 30 s window on the looped cuts measured, which costs ~5x as much
 (``scripts/bench_asr.py retry``); only a decode that loops every time goes to the 30 s
