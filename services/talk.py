@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
                    "the echo guard adds 200 ms unless --headphones)")
     p.add_argument("--save-history", type=Path, metavar="FILE",
                    help="write the conversation history as JSON when the talk ends")
+    p.add_argument("--record", type=Path, metavar="DIR",
+                   help="write every utterance you say to DIR as utterance-NNN.wav (16 kHz "
+                   "mono), whatever became of it; replay --live DIR/*.wav says them again")
     turn_options.add_turn_options(p)
 
 
@@ -144,6 +147,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
     from pipeline.speaker import SoundDeviceSink
     from pipeline.tasks import TaskSet
+    from pipeline.utterance_record import UtteranceRecorder
     from services.supervisor import Supervisor
 
     # Ctrl-C / SIGTERM cancel this task, so every `finally` below runs: the turn's LLM
@@ -180,7 +184,11 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     live = LiveTurnTaker(runner, segmenter, on_turn=on_turn, speculate=args.speculate,
                          policy=turn_options.endpoint_policy(args), keep_warm=args.keep_warm)
 
+    recorder = None if args.record is None else UtteranceRecorder(args.record)
+
     def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
+        if recorder is not None:  # first: kept whatever the turn does with it
+            recorder.save(u.audio)
         if during_playback:  # began over the assistant and did not barge in: not a turn
             log.info("ignored %.0f ms of speech over the reply", u.speech_ms)
             return
@@ -209,6 +217,9 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
         await sink.close()
         await assistant.close()
         write_event.close()
+        if recorder is not None and recorder.count:
+            print(f"utterances recorded in {args.record} (up to utterance-{recorder.count:03d}"
+                  ".wav)", file=sys.stderr)
         if args.save_history:
             args.save_history.write_text(json.dumps(runner.conversation.to_json(), indent=2,
                                                     ensure_ascii=False))

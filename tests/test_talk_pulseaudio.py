@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from pulse import MISSING_REASON, EventLog, frame_rms, private_pulse, pulse_missing
 
+from pipeline.audio_in import SAMPLE_RATE, load_wav
 from pipeline.heard import INTERRUPTED_MARK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +43,14 @@ def pulse() -> Iterator[dict[str, str]]:
         yield env
 
 
+def voiced_s(audio: np.ndarray) -> float:
+    """From the first to the last 10 ms frame louder than 5 % of the loudest, seconds."""
+    frame = SAMPLE_RATE // 100
+    rms = np.sqrt(np.mean(audio[:audio.size // frame * frame].reshape(-1, frame) ** 2, axis=1))
+    loud = np.flatnonzero(rms > 0.05 * rms.max())
+    return float(loud[-1] + 1 - loud[0]) / 100
+
+
 def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) -> None:
     events_path, history_path = tmp_path / "events.jsonl", tmp_path / "history.json"
     recording = tmp_path / "speaker.wav"
@@ -49,7 +58,8 @@ def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) ->
     talk = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "talk", "--llm-url", llama_server.url,
          "--input-device", "pulse", "--output-device", "pulse", "--events",
-         str(events_path), "--save-history", str(history_path)],
+         str(events_path), "--save-history", str(history_path), "--record",
+         str(tmp_path / "said")],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     recorder: subprocess.Popen[bytes] | None = None
     try:
@@ -110,6 +120,16 @@ def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) ->
     history = json.loads(history_path.read_text())["history"]
     assert [m["role"] for m in history[:2]] == ["user", "assistant"]
     assert history[1]["content"].endswith(INTERRUPTED_MARK)
+
+    # --record: both questions on disk as the microphone heard them, the second one too
+    # (it was cut short by Ctrl-C after its reply began, not before it ended)
+    said = sorted((tmp_path / "said").glob("utterance-*.wav"))
+    assert [p.name for p in said] == ["utterance-001.wav", "utterance-002.wav"], err
+    for path, sample in zip(said, ("03_sky_blue.wav", "06_learn_language.wav"), strict=True):
+        heard, asked = load_wav(path), load_wav(SAMPLES / sample)
+        # the voiced part of the question plus the segmenter's pre-roll, within 0.5 s
+        assert abs(voiced_s(heard) - voiced_s(asked)) < 0.5, (path.name, voiced_s(heard))
+    assert "utterances recorded in" in err
 
     # the speaker: speech while the first reply played, silence after the barge-in
     rms, _ = frame_rms(recording)
