@@ -185,6 +185,9 @@ class UtteranceSegmenter:
         self._gapped = False  # a SpeechGap was sent for the current silence
         self._end_silence_ms: float | None = None  # this utterance's override
         self._end_held = False  # the override's end waits for release_end()
+        # Told of every utterance that ends, however its end was taken (a window of
+        # ``feed`` or the live turn-taker's ``end_now``): ``talk --record`` keeps them.
+        self.on_end: Callable[[UtteranceEnd], None] | None = None
 
     @property
     def in_speech(self) -> bool:
@@ -329,8 +332,11 @@ class UtteranceSegmenter:
         if speech_ms < self.config.min_utterance_ms or not windows:
             log.debug("dropped %.0f ms of speech (under min_utterance_ms)", speech_ms)
             return []
-        return [UtteranceEnd(np.concatenate(windows), first, first + keep * WINDOW,
-                             speech_ms, self.position)]
+        ended = UtteranceEnd(np.concatenate(windows), first, first + keep * WINDOW,
+                             speech_ms, self.position)
+        if self.on_end is not None:
+            self.on_end(ended)
+        return [ended]
 
 
 # -- capture ----------------------------------------------------------------------------

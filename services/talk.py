@@ -185,10 +185,15 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
                          policy=turn_options.endpoint_policy(args), keep_warm=args.keep_warm)
 
     recorder = None if args.record is None else UtteranceRecorder(args.record)
+    if recorder is not None:  # every utterance, however its end was taken
+        keep = recorder
+
+        def record(ended: UtteranceEnd) -> None:
+            keep.save(ended.audio)
+
+        segmenter.on_end = record
 
     def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
-        if recorder is not None:  # first: kept whatever the turn does with it
-            recorder.save(u.audio)
         if during_playback:  # began over the assistant and did not barge in: not a turn
             log.info("ignored %.0f ms of speech over the reply", u.speech_ms)
             return

@@ -341,3 +341,21 @@ def test_end_now_closes_the_utterance_at_once(vad: SileroStream) -> None:
     assert isinstance(ended, UtteranceEnd) and not seg.in_speech
     assert ended.detected_sample == seg.position
     assert seg.end_now() is None  # nothing left to end
+
+
+def test_on_end_hears_of_every_utterance_however_it_ended(vad: SileroStream) -> None:
+    """``talk --record`` hangs on ``on_end``: an end taken by a window and one taken by the
+    live turn-taker (``end_now``) both reach it, a click dropped as too short does not."""
+    seg = UtteranceSegmenter(vad, SegmenterConfig(pause_ms=200, end_silence_ms=600))
+    told: list[UtteranceEnd] = []
+    seg.on_end = told.append
+    by_window = run(seg, np.concatenate([silence(0.3), voiced("03_sky_blue.wav"), silence(1.0)]))
+    ends = [e for e in by_window if isinstance(e, UtteranceEnd)]
+    assert len(ends) == 1 and told == ends
+    clip = np.concatenate([voiced("04_cup_of_tea.wav"), silence(0.3)])  # a pause, no end
+    for i in range(0, clip.size, BLOCK):
+        seg.feed(clip[i:i + BLOCK])
+    now = seg.end_now()
+    assert now is not None and told == [ends[0], now]
+    run(seg, np.concatenate([silence(0.3), 0.5 * np.ones(800, np.float32), silence(1.0)]))
+    assert len(told) == 2  # the click was no utterance
