@@ -8,7 +8,8 @@ land in the ``speaker`` recording at the same moment. So one recording holds the
 and the reply on one clock, and the gap from the question's last voiced sample to the
 reply's first sample is read off the samples themselves, device and buffer latency
 included; no timestamp is assumed. The events file splits the gap into endpoint wait, ASR,
-LLM to the first sentence, its TTS, and the rest (device / buffers / hand-offs).
+LLM to the first sentence, its TTS, and the rest (device / buffers / hand-offs). What talk
+heard is kept too (``talk --record``, ``r<round>-<condition>/said/``).
 
 Same questions, both conditions, alternating order per round, one talk process per
 (round, condition); the LLM server is shared. ``--paused N`` adds N questions made with
@@ -136,7 +137,7 @@ def run_condition(env: dict[str, str], llm_url: str, questions: list[Path], extr
     talk = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "talk", "--llm-url", llm_url, "--headphones",
          "--input-device", "pulse", "--output-device", "pulse", "--events", str(events_path),
-         "--max-sentences", "2", *extra],
+         "--max-sentences", "2", "--record", str(work / "said"), *extra],
         cwd=ROOT, env={**env, "VOICE_LLM_STATE": str(work / "state")},
         stdout=subprocess.PIPE, stderr=open(work / "talk.log", "w"), text=True)
     recorder = None
