@@ -163,7 +163,7 @@ def bench_pad(args: argparse.Namespace) -> dict[str, Any]:
     if args.live_cuts:  # each question as the live path cuts it, and the paused halves
         clips = [(set_, f"{name} {lead:g}/{tail:g}", text, cut)
                  for set_, name, text, audio in clips + paused_parts(args.out)
-                 for lead, tail, cut in live_cuts(audio, args.leads, args.tails)]
+                 for lead, tail, cut in live_cuts(audio, args.leads, args.tails, args.noise)]
     rows = []
     print("\n| pad after audio | WER (errors/words) | loops | fitted ms p50 |")
     print("|---:|---:|---:|---:|")
@@ -194,14 +194,21 @@ def voiced_span(audio: np.ndarray) -> tuple[int, int]:
     return int(loud[0]) * frame, int(loud[-1] + 1) * frame
 
 
-def live_cuts(audio: np.ndarray, leads: list[float],
-              tails: list[float]) -> list[tuple[float, float, np.ndarray]]:
-    """The utterance as the segmenter hands it over, for each lead-in and trailing silence."""
+def live_cuts(audio: np.ndarray, leads: list[float], tails: list[float],
+              noise: float = 0.0) -> list[tuple[float, float, np.ndarray]]:
+    """The utterance as the segmenter hands it over, for each lead-in and trailing silence;
+    ``noise``: the RMS of a room's noise floor added to it (seeded: the same every run)."""
     first, last = voiced_span(audio)
     padded = np.concatenate([audio, np.zeros(SAMPLE_RATE, dtype=np.float32)])
-    return [(lead, tail, padded[max(0, first - int(lead * SAMPLE_RATE)):
-                                 last + int(tail * SAMPLE_RATE)])
-            for lead in leads for tail in tails]
+    rng = np.random.default_rng(7)
+    cuts = []
+    for lead in leads:
+        for tail in tails:
+            cut = padded[max(0, first - int(lead * SAMPLE_RATE)):last + int(tail * SAMPLE_RATE)]
+            if noise:
+                cut = cut + rng.normal(0.0, noise, cut.size).astype(np.float32)
+            cuts.append((lead, tail, cut))
+    return cuts
 
 
 def paused_parts(workdir: Path) -> list[tuple[str, str, str, np.ndarray]]:
@@ -227,7 +234,7 @@ def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
     first_ms: list[float] = []
     cuts = 0
     for _set, name, text, audio in clips:
-        for lead, tail, cut in live_cuts(audio, args.leads, args.tails):
+        for lead, tail, cut in live_cuts(audio, args.leads, args.tails, args.noise):
             cuts += 1
             took, result = timed(lambda a=cut: asr._fitted(a, fitted_frames(a.size, asr.pad_s)))
             first_ms.append(took)
@@ -235,7 +242,8 @@ def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
                 looped.append({"name": name, "text": text, "lead": lead, "tail": tail,
                                "audio": cut, "looped": result.text})
     print(f"\n{cuts} cuts of {len(clips)} questions (lead-ins {args.leads} s, trailing "
-          f"silence {args.tails} s): fitted window (pad {asr.pad_s:g} s) p50 "
+          f"silence {args.tails} s, noise floor RMS {args.noise:g}): fitted window (pad "
+          f"{asr.pad_s:g} s) p50 "
           f"{statistics.median(first_ms):.0f} ms; **{len(looped)} looped**")
     ways: dict[str, Callable[[np.ndarray], Transcript]] = {
         "30 s window": lambda a: asr._full(a)}
@@ -354,6 +362,9 @@ def main() -> int:
     parser.add_argument("--live-cuts", action="store_true",
                         help="pad: cut each question as the live path does (--leads, "
                         "--tails) and add the paused questions' halves")
+    parser.add_argument("--noise", type=float, default=0.0, metavar="RMS",
+                        help="retry, pad --live-cuts: add a noise floor of this RMS to every "
+                        "cut (0.001 is about -60 dBFS, a quiet room; default none)")
     parser.add_argument("--retry-pads", type=float, nargs="+", default=[4.0, 5.0, 6.0, 8.0],
                         help="retry: paddings for a second fitted decode, s")
     parser.add_argument("--windows", nargs="+", default=["fitted", "full"])
