@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from models_fixture import whisper_model_dir
+from script_module import load_script
 
 from pipeline.asr import FULL_WINDOW_FRAMES, WhisperAsr
 from pipeline.audio_in import SAMPLE_RATE, load_wav
@@ -80,11 +81,9 @@ def test_a_live_cut_that_loops_is_redone_on_the_fitted_window(asr: WhisperAsr) -
     AVX2 host of 12-03 Whisper looped on it with 3 s of silence ("Why is the sky blue? Why
     is the sky blue? Why is"). Whatever this CPU does with it, the words come back right
     without the 30 s window, which costs ~5x as much."""
-    audio = load_wav(SAMPLES / "03_sky_blue.wav")
-    frame = SAMPLE_RATE // 100
-    rms = np.sqrt(np.mean(audio[:audio.size // frame * frame].reshape(-1, frame) ** 2, axis=1))
-    loud = np.nonzero(rms > 0.05 * rms.max())[0]
-    cut = audio[loud[0] * frame - SAMPLE_RATE // 10:(loud[-1] + 1) * frame + SAMPLE_RATE // 20]
+    # The cut exactly as `scripts/bench_asr.py retry` makes it (lead 0.1 s, tail 0.05 s).
+    [(_lead, _tail, cut)] = load_script("bench_asr").live_cuts(
+        load_wav(SAMPLES / "03_sky_blue.wav"), [0.1], [0.05])
     result = asr.recognize(cut)
     print(f"\n[asr] looped cut: fell back {result.fell_back!r} -> {result.text!r}")
     assert result.window == "fitted" and result.text == "Why is the sky blue?"

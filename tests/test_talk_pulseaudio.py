@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pulse import MISSING_REASON, EventLog, frame_rms, private_pulse, pulse_missing
+from script_module import load_script
 
 from pipeline.audio_in import SAMPLE_RATE, load_wav
 from pipeline.heard import INTERRUPTED_MARK
@@ -45,10 +46,8 @@ def pulse() -> Iterator[dict[str, str]]:
 
 def voiced_s(audio: np.ndarray) -> float:
     """From the first to the last 10 ms frame louder than 5 % of the loudest, seconds."""
-    frame = SAMPLE_RATE // 100
-    rms = np.sqrt(np.mean(audio[:audio.size // frame * frame].reshape(-1, frame) ** 2, axis=1))
-    loud = np.flatnonzero(rms > 0.05 * rms.max())
-    return float(loud[-1] + 1 - loud[0]) / 100
+    first, last = load_script("bench_asr").voiced_span(audio)
+    return (last - first) / SAMPLE_RATE
 
 
 def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) -> None:
