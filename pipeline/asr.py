@@ -14,10 +14,13 @@ sentence until the length limit) and runs CTranslate2's ``generate`` on that. Au
 fitted window would not be shorter than 30 s goes through faster-whisper's normal 30 s
 path (``window="full"``, kept for comparison: ``--asr-window full``).
 
-**A loop is redone with more silence first.** ~2 % of the question WAVs cut as the live
-path cuts them loop on the fitted window ("Why is the sky blue? Why is the sky blue? Why
-is"), and more in talk (up to 12 of ~70 turns in one run, docs/live.md). The fitted
-window again with more silence (``RETRY_PADS``) costs what the first decode did and gave the
+**A loop is ended where it began, or redone with more silence.** ~2 % of the question
+WAVs cut as the live path cuts them loop on the fitted window ("Why is the sky blue? Why
+is the sky blue? Why is"), and more in talk (up to 12 of ~70 turns in one run,
+docs/live.md). When the tokens repeat the transcript from its first one and Whisper gave
+the end token a real chance where the repeat began (``LOOP_END_MIN_PROB``), the text up
+to there is the transcript: no second decode (``LoopEnd``). Otherwise the fitted window
+again with more silence (``RETRY_PADS``) costs what the first decode did and gave the
 same text as the 30 s window on the looped cuts measured, which costs ~5x as much
 (``scripts/bench_asr.py retry``); only a decode that loops every time goes to the 30 s
 path.
@@ -77,6 +80,23 @@ MIN_DECODE_TOKENS = 24
 # so a repeated run of REPEAT_WORDS words counts as a loop too.
 MAX_COMPRESSION_RATIO = 2.4
 REPEAT_WORDS = 4
+# A loop that repeats the transcript from its first token ends where the repeat began,
+# without a second decode, when ending there was a real option to Whisper: the end
+# token's probability at that step. On the 8 looped decodes of talk's own recordings
+# (`scripts/bench_asr.py heard`, docs/results.md) it was 0.23-0.46, second only to the
+# repeat's first word every time.
+LOOP_END_MIN_PROB = 0.1
+
+
+@dataclass(frozen=True)
+class LoopEnd:
+    """A looped decode cut where the repeat began: what Whisper said before repeating."""
+
+    tokens: int  # tokens before the repeat
+    text: str
+    end_prob: float  # Whisper's probability of ending there instead of repeating
+    avg_logprob: float  # of the tokens kept and the end token, as faster-whisper counts
+    last_word_prob: float | None
 
 
 @dataclass(frozen=True)
@@ -97,11 +117,17 @@ class Transcript:
     last_word_prob: float | None = None
     gate: GateVerdict | None = None
     evidence: SpeechEvidence | None = field(default=None, repr=False)
+    # Set by a fitted decode whose tokens repeat from the first one (``loop_start``).
+    loop_end: LoopEnd | None = field(default=None, repr=False)
+    cut_at_loop: bool = False  # the text is ``loop_end``'s: no second decode was needed
 
     @property
     def redone(self) -> str:
-        """How a looped first decode was redone: "fitted" (more silence), "full" or ""."""
-        return self.window if self.fell_back else ""
+        """How a looped first decode was mended: "cut" (where the repeat began), "fitted"
+        (decoded again with more silence), "full" (30 s window) or "" (it did not loop)."""
+        if not self.fell_back:
+            return ""
+        return "cut" if self.cut_at_loop else self.window
 
 
 def fitted_frames(samples: int, pad_s: float) -> int:
@@ -155,6 +181,16 @@ def last_word_probability(pieces: list[str], probs: list[float]) -> float | None
         if pieces[i].startswith(" "):
             break
     return min(word) if word else None
+
+
+def loop_start(tokens: list[int]) -> int | None:
+    """Where a decode began repeating itself from its first token: the least ``k`` (at
+    least 2) with ``tokens[k:]``, two tokens or more, a repeat of ``tokens[:k]`` (the last
+    repeat may stop short). None when the tokens do not loop that way."""
+    for k in range(2, len(tokens) - 1):
+        if all(tokens[i] == tokens[i % k] for i in range(k, len(tokens))):
+            return k
+    return None
 
 
 def compression_ratio(text: str) -> float:
@@ -257,8 +293,24 @@ class WhisperAsr:
                 why = self._looks_broken(fitted, samples.size)
                 if not why:
                     return fitted
-                return self._redo(samples, why)
+                return (self._end_at_loop(fitted, why, samples.size)
+                        or self._redo(samples, why))
         return self._full(samples)
+
+    def _end_at_loop(self, looped: Transcript, why: str, samples: int) -> Transcript | None:
+        """The looped decode up to where it began repeating, if Whisper could have ended
+        there (``LOOP_END_MIN_PROB``) and what is left does not loop: costs no decode."""
+        end = looped.loop_end
+        if end is None or end.end_prob < LOOP_END_MIN_PROB:
+            return None
+        cut = replace(looped, text=end.text, raw_text=end.text, tokens=end.tokens,
+                      avg_logprob=end.avg_logprob, last_word_prob=end.last_word_prob,
+                      fell_back=why, cut_at_loop=True)
+        if self._looks_broken(cut, samples):
+            return None
+        log.info("fitted window: %s; cut where the repeat began (end p %.2f)", why,
+                 end.end_prob)
+        return cut
 
     def _redo(self, samples: np.ndarray, why: str) -> Transcript:
         """A looped fitted decode done again: with more silence (``RETRY_PADS``), then on
@@ -337,10 +389,18 @@ class WhisperAsr:
         text = tokenizer.decode(tokens).strip()
         probs = [token_probability(np.asarray(step), t)
                  for step, t in zip(result.logits[0], tokens, strict=False)]
-        word_prob = last_word_probability([tokenizer.decode([t]) for t in tokens], probs)
+        pieces = [tokenizer.decode([t]) for t in tokens]
+        word_prob = last_word_probability(pieces, probs)
+        loop_end = None
+        k = loop_start(tokens)
+        if k is not None and k < len(result.logits[0]):
+            end_p = token_probability(np.asarray(result.logits[0][k]), tokenizer.eot)
+            logp = sum(math.log(max(p, 1e-12)) for p in [*probs[:k], end_p]) / (k + 1)
+            loop_end = LoopEnd(k, tokenizer.decode(tokens[:k]).strip(), end_p, logp,
+                               last_word_probability(pieces[:k], probs[:k]))
         return Transcript(text, "fitted", frames, float(result.no_speech_prob),
                           float(avg_logprob), len(tokens), raw_text=text,
-                          last_word_prob=word_prob)
+                          last_word_prob=word_prob, loop_end=loop_end)
 
     def _full(self, samples: np.ndarray) -> Transcript:
         """faster-whisper's own path: features padded to 30 s windows."""

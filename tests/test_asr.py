@@ -14,7 +14,7 @@ import pytest
 from models_fixture import whisper_model_dir
 from script_module import load_script
 
-from pipeline.asr import FULL_WINDOW_FRAMES, WhisperAsr
+from pipeline.asr import FULL_WINDOW_FRAMES, LOOP_END_MIN_PROB, WhisperAsr, fitted_frames
 from pipeline.audio_in import SAMPLE_RATE, load_wav
 from pipeline.endpoint import EndpointPolicy
 
@@ -76,17 +76,45 @@ def test_transcribes_shipped_sample(asr: WhisperAsr, name: str, window: str) -> 
         assert result.last_word_prob is None  # faster-whisper's own path does not say
 
 
-def test_a_live_cut_that_loops_is_redone_on_the_fitted_window(asr: WhisperAsr) -> None:
+def test_a_live_cut_that_loops_is_mended_without_the_30s_window(asr: WhisperAsr) -> None:
     """03 cut as the live path can cut it (0.1 s before the voice, 0.05 s after): on the
     AVX2 host of 12-03 Whisper looped on it with 3 s of silence ("Why is the sky blue? Why
     is the sky blue? Why is"). Whatever this CPU does with it, the words come back right
-    without the 30 s window, which costs ~5x as much."""
+    without the 30 s window, which costs ~5x as much: ended where the repeat began, or
+    decoded again with more silence."""
     # The cut exactly as `scripts/bench_asr.py retry` makes it (lead 0.1 s, tail 0.05 s).
     [(_lead, _tail, cut)] = load_script("bench_asr").live_cuts(
         load_wav(SAMPLES / "03_sky_blue.wav"), [0.1], [0.05])
     result = asr.recognize(cut)
-    print(f"\n[asr] looped cut: fell back {result.fell_back!r} -> {result.text!r}")
+    print(f"\n[asr] looped cut: {result.fell_back!r}, mended {result.redone!r} -> "
+          f"{result.text!r}")
     assert result.window == "fitted" and result.text == "Why is the sky blue?"
+    assert result.redone in ("", "cut", "fitted")
+
+
+def test_a_looped_decode_knows_where_its_repeat_began(asr: WhisperAsr) -> None:
+    """With only 0.5 s of silence after the audio Whisper repeats short questions (why
+    ``DEFAULT_PAD_S`` is 3 s). Such a first decode, as ``_fitted`` returns it, holds in
+    ``loop_end`` the words before the repeat and Whisper's chance of having ended there,
+    and the mended transcript is those words."""
+    looped = 0
+    for name in ("03_sky_blue.wav", "04_cup_of_tea.wav"):
+        audio = load_wav(SAMPLES / name)
+        first = asr._fitted(audio, fitted_frames(audio.size, 0.5))
+        print(f"\n[asr] {name} with 0.5 s of silence: {first.text!r}, {first.loop_end}")
+        if first.loop_end is None:
+            continue
+        looped += 1
+        end = first.loop_end
+        assert end.text == TRANSCRIPTS[name] and end.tokens < first.tokens
+        assert 0.0 < end.end_prob < 1.0 and end.avg_logprob < 0.0
+        mended = asr._end_at_loop(first, "test", audio.size)
+        if end.end_prob >= LOOP_END_MIN_PROB:
+            assert mended is not None and mended.text == TRANSCRIPTS[name]
+            assert mended.redone == "cut"
+        else:
+            assert mended is None
+    assert looped, "neither question looped with 0.5 s of silence: pick another pad"
 
 
 def test_keep_warm_leaves_the_next_transcription_unchanged(asr: WhisperAsr) -> None:

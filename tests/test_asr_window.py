@@ -14,15 +14,18 @@ import pytest
 from pipeline.asr import (
     DEFAULT_PAD_S,
     FULL_WINDOW_FRAMES,
+    LOOP_END_MIN_PROB,
     MAX_DECODE_TOKENS,
     RETRY_PADS,
     SAMPLE_RATE,
+    LoopEnd,
     Transcript,
     WhisperAsr,
     compression_ratio,
     decode_cap,
     fit_features,
     fitted_frames,
+    loop_start,
     repeated_phrase,
 )
 from pipeline.speech_gate import GateConfig, SpeechGate
@@ -90,6 +93,47 @@ def test_each_retry_pad_is_tried_in_turn() -> None:
     assert asr.calls == [("fitted", fitted_frames(3 * SAMPLE_RATE, pad))
                          for pad in (DEFAULT_PAD_S, *RETRY_PADS)]
     assert result.text == BREAD.text and result.window == "fitted"
+
+
+def test_loop_start_finds_where_the_tokens_begin_to_repeat_from_the_first() -> None:
+    assert loop_start([1, 2, 3, 4, 1, 2, 3, 4, 1, 2]) == 4  # the last repeat stops short
+    assert loop_start([7, 8, 7, 8, 7]) == 2
+    assert loop_start([1, 2, 3, 1, 2, 3]) == 3
+    assert loop_start([1, 2, 3, 4, 5]) is None
+    assert loop_start([9, 1, 2, 1, 2, 1, 2]) is None  # repeats, but not from the start
+    assert loop_start([1, 2, 3, 1]) is None  # one token is no repeat
+    assert loop_start([]) is None
+
+
+def bread_loop(end_prob: float, kept: str = BREAD.text) -> Transcript:
+    """The bread loop as ``_fitted`` reports it: 8 tokens, then the repeat."""
+    return Transcript(BREAD_LOOP.text, "fitted", tokens=14, avg_logprob=-0.4,
+                      loop_end=LoopEnd(8, kept, end_prob, -0.2, 0.9))
+
+
+def test_a_loop_whisper_could_have_ended_is_cut_there_without_a_second_decode() -> None:
+    asr = RecordingAsr(fitted=[bread_loop(0.3)], gate=False)
+    result = asr.recognize(seconds(3))
+    assert asr.calls == [("fitted", fitted_frames(3 * SAMPLE_RATE, DEFAULT_PAD_S))]
+    assert (result.text, result.tokens, result.window) == (BREAD.text, 8, "fitted")
+    assert result.redone == "cut" and "twice" in result.fell_back
+    # the confidence the endpoint reads is that of the words kept, not of the loop
+    assert (result.avg_logprob, result.last_word_prob) == (-0.2, 0.9)
+
+
+def test_a_loop_whisper_would_not_have_ended_is_decoded_again() -> None:
+    asr = RecordingAsr(fitted=[bread_loop(LOOP_END_MIN_PROB / 2), BREAD], gate=False)
+    result = asr.recognize(seconds(3))
+    assert [c[1] for c in asr.calls] == [fitted_frames(3 * SAMPLE_RATE, pad)
+                                         for pad in (DEFAULT_PAD_S, RETRY_PADS[0])]
+    assert result.text == BREAD.text and result.redone == "fitted"
+
+
+def test_a_cut_that_still_loops_is_decoded_again() -> None:
+    still = bread_loop(0.5, kept="Why does bread go stale? Why does bread go stale?")
+    asr = RecordingAsr(fitted=[still, BREAD], gate=False)
+    result = asr.recognize(seconds(3))
+    assert len(asr.calls) == 2 and result.redone == "fitted"
 
 
 def test_a_question_that_loops_every_time_is_redone_on_the_full_window() -> None:
