@@ -13,7 +13,12 @@ All with the real bundled Whisper base (int8, beam 1, 2 threads) on real clips:
   first voiced sample, several silences after the last: the gap's ~100 ms, the pause's
   ~200 ms), through the fitted window; on the cuts where Whisper loops, what each way of
   redoing it costs and gets right: the 30 s window, or the fitted window again with more
-  silence after the audio (``--retry-pads``), interleaved on the same cuts.
+  silence after the audio (``--retry-pads``), interleaved on the same cuts, and ending the
+  transcript where its repeat began (no second decode, what ``WhisperAsr`` does first).
+* ``heard --run DIR``: the same comparison on what talk itself heard in a
+  ``scripts/bench_live.py`` run (its ``r*/said/`` recordings, cut where each turn's
+  Whisper started): the audio that came through the device path, where loops are more
+  frequent than on the WAV cuts.
 * ``gate``: false-reject / false-accept rates of several no-speech rules on the clips of
   ``scripts/make_gate_clips.py`` (run that first), per category for the shipped gate.
 
@@ -227,6 +232,71 @@ def paused_parts(workdir: Path) -> list[tuple[str, str, str, np.ndarray]]:
                 for half, text in zip(("head", "rest"), pair, strict=True)]
 
 
+def first_decode(asr: WhisperAsr, audio: np.ndarray) -> tuple[float, Transcript]:
+    """The first fitted decode of ``audio`` (``DEFAULT_PAD_S``), timed, no mending."""
+    return timed(lambda: asr._fitted(audio, fitted_frames(audio.size, asr.pad_s)))
+
+
+def compare_mends(asr: WhisperAsr, looped: list[dict[str, Any]],
+                  args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each way of mending the looped first decodes in ``looped`` (``audio``, ``first``,
+    ``text``), interleaved on the same cuts; the time is the mend's, after the first."""
+    ways: dict[str, Callable[[dict[str, Any]], Transcript]] = {
+        "30 s window": lambda item: asr._full(item["audio"])}
+    for pad in args.retry_pads:
+        ways[f"fitted, pad {pad:g} s"] = (
+            lambda item, p=pad: asr._fitted(item["audio"], fitted_frames(item["audio"].size, p)))
+    pads = ", ".join(f"{p:g} s" for p in RETRY_PADS)
+    ways[f"fitted {pads}, then 30 s (session 14)"] = (
+        lambda item: asr._redo(item["audio"], "bench"))
+    # What WhisperAsr does now: end where the repeat began, else the chain above.
+    def shipped(item: dict[str, Any]) -> Transcript:
+        return (asr._end_at_loop(item["first"], "bench", item["audio"].size)
+                or asr._redo(item["audio"], "bench"))
+
+    ways[f"cut at the repeat, else {pads}, 30 s (shipped)"] = shipped
+    rows: list[dict[str, Any]] = []
+    if not looped:
+        return rows
+    ms: dict[str, list[float]] = {w: [] for w in ways}
+    ok: dict[str, int] = {w: 0 for w in ways}
+    cut: dict[str, int] = {w: 0 for w in ways}
+    pairs: dict[str, list[tuple[str, str]]] = {w: [] for w in ways}
+    for i, item in enumerate(looped):
+        order = list(ways) if i % 2 == 0 else list(reversed(ways))
+        for way in order:
+            took, result = timed(lambda w=way, it=item: ways[w](it))
+            ms[way].append(took)
+            ok[way] += not asr._looks_broken(result, item["audio"].size)
+            cut[way] += result.cut_at_loop
+            pairs[way].append((item["text"], result.text))
+            item[way] = result.text
+    print("\n| mend the looped first decodes with | ms p50 | max | cut at the repeat "
+          "| no loop | WER (errors/words) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for way in ways:
+        rate, errors, total = wer(pairs[way])
+        rows.append({"way": way, "p50": statistics.median(ms[way]), "max": max(ms[way]),
+                     "cut": cut[way], "ok": ok[way], "wer": rate, "errors": errors,
+                     "words": total})
+        print(f"| {way} | {statistics.median(ms[way]):.0f} | {max(ms[way]):.0f} | "
+              f"{cut[way]} | {ok[way]}/{len(looped)} | {rate:.3f} ({errors}/{total}) |")
+    ends = [item["first"].loop_end for item in looped]
+    probs = sorted(e.end_prob for e in ends if e is not None)
+    print(f"\n{len(probs)} of {len(looped)} repeat from their first word; Whisper's "
+          f"chance of ending there: " + (", ".join(f"{p:.2f}" for p in probs) or "-"))
+    if args.verbose:
+        for item in looped:
+            print(f"- {item['name']}: {item['first'].text!r} -> " + " / ".join(
+                f"{w}: {item[w]!r}" for w in ways))
+    return rows
+
+
+def _strip(looped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: (v.text if k == "first" else v) for k, v in item.items() if k != "audio"}
+            for item in looped]
+
+
 def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
     asr = load_asr(args, gate=False)
     clips = speech_clips(args.clips) + paused_parts(args.out)
@@ -236,52 +306,87 @@ def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
     for _set, name, text, audio in clips:
         for lead, tail, cut in live_cuts(audio, args.leads, args.tails, args.noise):
             cuts += 1
-            took, result = timed(lambda a=cut: asr._fitted(a, fitted_frames(a.size, asr.pad_s)))
+            took, result = first_decode(asr, cut)
             first_ms.append(took)
             if asr._looks_broken(result, cut.size):
-                looped.append({"name": name, "text": text, "lead": lead, "tail": tail,
-                               "audio": cut, "looped": result.text})
+                looped.append({"name": f"{name} lead {lead:g} tail {tail:g}", "text": text,
+                               "audio": cut, "first": result})
     print(f"\n{cuts} cuts of {len(clips)} questions (lead-ins {args.leads} s, trailing "
           f"silence {args.tails} s, noise floor RMS {args.noise:g}): fitted window (pad "
           f"{asr.pad_s:g} s) p50 "
           f"{statistics.median(first_ms):.0f} ms; **{len(looped)} looped**")
-    ways: dict[str, Callable[[np.ndarray], Transcript]] = {
-        "30 s window": lambda a: asr._full(a)}
-    for pad in args.retry_pads:
-        ways[f"fitted, pad {pad:g} s"] = (
-            lambda a, p=pad: asr._fitted(a, fitted_frames(a.size, p)))
-    # What WhisperAsr does after a loop: RETRY_PADS in turn, then the 30 s window.
-    ways["fitted " + ", ".join(f"{p:g} s" for p in RETRY_PADS) + ", then 30 s (shipped)"] = (
-        lambda a: asr._redo(a, "bench"))
-    rows = []
-    if looped:
-        ms: dict[str, list[float]] = {w: [] for w in ways}
-        ok: dict[str, int] = {w: 0 for w in ways}
-        pairs: dict[str, list[tuple[str, str]]] = {w: [] for w in ways}
-        for i, item in enumerate(looped):
-            order = list(ways) if i % 2 == 0 else list(reversed(ways))
-            for way in order:
-                took, result = timed(lambda w=way, a=item["audio"]: ways[w](a))
-                ms[way].append(took)
-                fine = not asr._looks_broken(result, item["audio"].size)
-                ok[way] += fine
-                pairs[way].append((item["text"], result.text))
-                item[way] = result.text
-        print("\n| redo the looped cuts with | ms p50 | max | no loop | WER (errors/words) |")
-        print("|---|---:|---:|---:|---:|")
-        for way in ways:
-            rate, errors, total = wer(pairs[way])
-            rows.append({"way": way, "p50": statistics.median(ms[way]), "max": max(ms[way]),
-                         "ok": ok[way], "wer": rate, "errors": errors, "words": total})
-            print(f"| {way} | {statistics.median(ms[way]):.0f} | {max(ms[way]):.0f} | "
-                  f"{ok[way]}/{len(looped)} | {rate:.3f} ({errors}/{total}) |")
-        if args.verbose:
-            for item in looped:
-                print(f"- {item['name']} lead {item['lead']} tail {item['tail']}: "
-                      f"{item['looped']!r} -> " + " / ".join(
-                          f"{w}: {item[w]!r}" for w in ways))
+    rows = compare_mends(asr, looped, args)
     return {"cuts": cuts, "fitted_p50": statistics.median(first_ms), "rows": rows,
-            "looped": [{k: v for k, v in item.items() if k != "audio"} for item in looped]}
+            "looped": _strip(looped)}
+
+
+def heard_turns(run: Path, asr: WhisperAsr) -> list[tuple[str, int, str, str, np.ndarray]]:
+    """What talk transcribed in a ``bench_live`` run, from its recordings: per condition
+    folder, each turn's (folder, turn, text, redone, audio), the audio being the
+    utterance it belonged to (``said/``) cut to the turn's ``asr.start`` length. A turn
+    is matched to the utterance (this one or one of the next two) whose cut Whisper
+    hears most like talk did, so speculative turns on a part of one find it."""
+    found = []
+    for folder in sorted(p for p in run.glob("r*") if (p / "said").is_dir()):
+        said = [load_wav(p) for p in sorted((folder / "said").glob("utterance-*.wav"))]
+        turns: dict[int, dict[str, Any]] = {}
+        for line in (folder / "events.jsonl").read_text().splitlines():
+            e = json.loads(line)
+            if e["stage"] != "asr":
+                continue
+            turn = turns.setdefault(e["turn"], {"text": "", "redone": ""})
+            if e["event"] == "start":
+                turn["n"] = round(e["audio_s"] * SAMPLE_RATE)
+            elif e["event"] == "end":
+                turn.update(text=e["text"], redone=e.get("redone", ""))
+        u = 0
+        for number, turn in sorted(turns.items()):
+            best: tuple[float, int] | None = None
+            for c in range(u, min(u + 3, len(said))):
+                if said[c].size + 160 < turn["n"]:
+                    continue
+                heard = asr._fitted(said[c][:turn["n"]], fitted_frames(
+                    turn["n"], asr.pad_s)).text
+                score = _overlap(heard, turn["text"])
+                if best is None or score > best[0] + 0.05:
+                    best = (score, c)
+            if best is None:
+                continue
+            u = best[1]
+            found.append((folder.name, number, turn["text"], turn["redone"],
+                          said[u][:turn["n"]]))
+    return found
+
+
+def _overlap(a: str, b: str) -> float:
+    wa, wb = set(words(a)), set(words(b))
+    return len(wa & wb) / max(1, len(wa | wb))
+
+
+def bench_heard(args: argparse.Namespace) -> dict[str, Any]:
+    if args.run is None:
+        raise SystemExit("heard needs --run DIR: a scripts/bench_live.py --out folder whose "
+                         "talk runs recorded what they heard (r*/said/)")
+    asr = load_asr(args, gate=False)
+    turns = heard_turns(args.run, asr)
+    if not turns:
+        raise SystemExit(f"no r*/said/ recordings with events in {args.run}: run "
+                         "scripts/bench_live.py first")
+    looped: list[dict[str, Any]] = []
+    talk_redone: dict[str, int] = {}
+    for folder, number, text, redone, audio in turns:
+        talk_redone[redone or "-"] = talk_redone.get(redone or "-", 0) + 1
+        _took, result = first_decode(asr, audio)
+        if asr._looks_broken(result, audio.size):
+            # talk's own words are the reference: what it heard once mended
+            looped.append({"name": f"{folder} turn {number}", "text": text,
+                           "audio": audio, "first": result})
+    print(f"\n{len(turns)} turns of {args.run} cut from their recordings; talk mended "
+          f"{sum(v for k, v in talk_redone.items() if k != '-')} ({talk_redone}); "
+          f"their first decode here: **{len(looped)} looped**")
+    rows = compare_mends(asr, looped, args)
+    return {"turns": len(turns), "talk_redone": talk_redone, "rows": rows,
+            "looped": _strip(looped)}
 
 
 RULES: dict[str, Callable[[dict[str, Any], GateConfig], bool]] = {
@@ -349,7 +454,7 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=("window", "pad", "retry", "gate"))
+    parser.add_argument("what", choices=("window", "pad", "retry", "heard", "gate"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pads", type=float, nargs="+",
@@ -367,6 +472,8 @@ def main() -> int:
                         "cut (0.001 is about -60 dBFS, a quiet room; default none)")
     parser.add_argument("--retry-pads", type=float, nargs="+", default=[4.0, 5.0, 6.0, 8.0],
                         help="retry: paddings for a second fitted decode, s")
+    parser.add_argument("--run", type=Path, metavar="DIR",
+                        help="heard: a scripts/bench_live.py --out folder (its r*/said/)")
     parser.add_argument("--windows", nargs="+", default=["fitted", "full"])
     parser.add_argument("--clips", type=Path, default=CLIPS)
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_asr")
@@ -377,7 +484,7 @@ def main() -> int:
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     benches = {"window": bench_window, "pad": bench_pad, "retry": bench_retry,
-               "gate": bench_gate}
+               "heard": bench_heard, "gate": bench_gate}
     result = benches[args.what](args)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.what}.json"
