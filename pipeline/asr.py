@@ -82,9 +82,10 @@ MAX_COMPRESSION_RATIO = 2.4
 REPEAT_WORDS = 4
 # A loop that repeats the transcript from its first token ends where the repeat began,
 # without a second decode, when ending there was a real option to Whisper: the end
-# token's probability at that step. On the 8 looped decodes of talk's own recordings
-# (`scripts/bench_asr.py heard`, docs/results.md) it was 0.23-0.46, second only to the
-# repeat's first word every time.
+# token's probability at that step. On the 18 looped decodes measured (talk's own
+# recordings, `scripts/bench_asr.py heard`; the live-like WAV cuts, `retry`;
+# docs/results.md) every one repeated from its first token, the end token had 0.23-0.48,
+# and the words before the repeat were those of the 30 s window.
 LOOP_END_MIN_PROB = 0.1
 
 

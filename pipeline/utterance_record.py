@@ -31,10 +31,22 @@ class UtteranceRecorder:
         # A second talk into the same folder goes on after the first one's files.
         taken = [int(m.group(1)) for p in folder.iterdir() if (m := _NAME.match(p.name))]
         self.count = max(taken, default=0)
+        self.first = self.count + 1  # this session's first number
+        self.saved = 0  # utterances written by this session
+
+    def summary(self) -> str:
+        """One line for the end of a session: what it wrote, and where."""
+        if not self.saved:
+            return f"no utterances recorded in {self.folder}"
+        span = f"utterance-{self.first:03d}.wav"
+        if self.saved > 1:
+            span += f" … utterance-{self.count:03d}.wav"
+        return f"{self.saved} utterance{'s' * (self.saved > 1)} recorded in {self.folder} ({span})"
 
     def save(self, audio: np.ndarray) -> Path:
         """Write one utterance (float32, 16 kHz); blocking, a few ms for a question."""
         self.count += 1
+        self.saved += 1
         path = self.folder / f"utterance-{self.count:03d}.wav"
         pcm = np.clip(np.asarray(audio, dtype=np.float32).ravel(), -1.0, 1.0)
         with wave.open(str(path), "wb") as w:

@@ -385,10 +385,16 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]],
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("inputs", nargs="*", type=Path, default=[ROOT / "samples"])
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "out" / "live")
-    ap.add_argument("--llm-url", default="http://127.0.0.1:8080")
+    ap.add_argument("inputs", nargs="*", type=Path, default=[ROOT / "samples"],
+                    help="question WAVs or folders of them (default samples/)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds; the conditions alternate within each (default %(default)s)")
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "live",
+                    help="report (live.md, live.json), and per round and condition the "
+                    "speaker recording, events and what talk heard (said/) (default out/live)")
+    ap.add_argument("--llm-url", default="http://127.0.0.1:8080",
+                    help="a running llama-server, e.g. from `voice-llm up` (default "
+                    "%(default)s)")
     ap.add_argument("--talk-args", default="", metavar="ARGS",
                     help="extra talk options for every condition, e.g. "
                     "'--first-phrase-chars 30'")

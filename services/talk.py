@@ -222,9 +222,8 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
         await sink.close()
         await assistant.close()
         write_event.close()
-        if recorder is not None and recorder.count:
-            print(f"utterances recorded in {args.record} (up to utterance-{recorder.count:03d}"
-                  ".wav)", file=sys.stderr)
+        if recorder is not None:
+            print(recorder.summary(), file=sys.stderr)
         if args.save_history:
             args.save_history.write_text(json.dumps(runner.conversation.to_json(), indent=2,
                                                     ensure_ascii=False))

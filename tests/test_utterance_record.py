@@ -32,6 +32,17 @@ def test_a_second_talk_into_the_same_folder_goes_on_numbering(tmp_path: Path) ->
     assert (tmp_path / "utterance-001.wav").exists()
 
 
+def test_the_summary_counts_this_session_only(tmp_path: Path) -> None:
+    UtteranceRecorder(tmp_path).save(voice(0.2))
+    again = UtteranceRecorder(tmp_path)
+    assert again.summary() == f"no utterances recorded in {tmp_path}"
+    again.save(voice(0.2))
+    assert again.summary() == f"1 utterance recorded in {tmp_path} (utterance-002.wav)"
+    again.save(voice(0.2))
+    assert again.summary() == (f"2 utterances recorded in {tmp_path} "
+                               "(utterance-002.wav … utterance-003.wav)")
+
+
 def test_a_clipped_utterance_is_written_clipped_not_wrapped(tmp_path: Path) -> None:
     path = UtteranceRecorder(tmp_path).save(voice(0.1, level=3.0))
     back = load_wav(path)
