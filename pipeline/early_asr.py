@@ -35,7 +35,8 @@ class AsrResult:
     text: str
     avg_logprob: float | None = None
     last_word_prob: float | None = None
-    # How a decode that looped was redone: "fitted" (more silence) or "full" (30 s window).
+    # How a decode that looped was mended: "cut" (where the repeat began), "fitted" (more
+    # silence) or "full" (30 s window).
     redone: str = ""
 
 
