@@ -25,6 +25,9 @@ class TurnMetrics:
 
     mode: str
     asr_ms: float | None = None
+    # Whisper looped on this turn and was mended: "cut", "fitted" or "full" (asr.end's
+    # ``redone``, pipeline/asr.py); None when it did not loop.
+    asr_loop: str | None = None
     ttft_ms: float | None = None
     prefill_ms: float | None = None  # the server's prompt_ms
     prompt_n: int | None = None
@@ -80,6 +83,12 @@ def _t_last(events: Sequence[Event], name: EventName) -> float | None:
     return None if e is None else e.t
 
 
+def _asr_loop(events: Sequence[Event]) -> str | None:
+    end = first(events, EventName.ASR_END)
+    redone = end.data.get("redone") if end is not None else None
+    return str(redone) if redone else None
+
+
 def _ms(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else round((b - a) * 1000.0, 1)
 
@@ -112,7 +121,7 @@ def turn_metrics(events: Sequence[Event], mode: str) -> TurnMetrics:
     else:
         llm_ms, tts_ms = first_sentence_ms, tts_first_ms
     return TurnMetrics(
-        mode=mode, asr_ms=asr_ms,
+        mode=mode, asr_ms=asr_ms, asr_loop=_asr_loop(events),
         ttft_ms=_ms(request, _t(events, EventName.LLM_FIRST_TOKEN)),
         prefill_ms=round(timings["prompt_ms"], 1) if "prompt_ms" in timings else None,
         prompt_n=timings.get("prompt_n"), cache_n=timings.get("cache_n"),

@@ -75,6 +75,10 @@ class ServiceMetrics:
             "voice_llm_speculations", "speculative turns the page started at a pause, by "
             "outcome: confirmed (it was the answer), cancelled (speech resumed), dropped "
             "(failed or too late)", ["outcome"], registry=r)
+        self.asr_loops = Counter(
+            "voice_llm_asr_loops", "turns whose Whisper decode looped, by how it was "
+            "mended: cut (where the repeat began), fitted (decoded again with more "
+            "silence), full (30 s window)", ["mended"], registry=r)
         self.llm_restarts = Counter("voice_llm_llm_restarts", "managed llama-server "
                                     "restarts after it died (services/supervisor.py)",
                                     registry=r)
@@ -100,6 +104,8 @@ class ServiceMetrics:
         for key in _LATENCIES:
             if isinstance(value := m.get(key), int | float):
                 self.latency[key].labels(interface).observe(value / 1000)
+        if loop := result.metrics.asr_loop:
+            self.asr_loops.labels(loop).inc()
         if result.interrupted:
             self.bargeins.labels(interface).inc()
             for key, to in _BARGEIN.items():

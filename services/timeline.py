@@ -108,7 +108,9 @@ def summary_line(m: TurnMetrics) -> str:
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
-    parts = [f"first audio {f(m.first_audio_ms)} ms", f"asr {f(m.asr_ms)}",
+    loop = {"cut": " (looped, cut)", "fitted": " (looped, decoded again)",
+            "full": " (looped, 30 s window)"}.get(m.asr_loop or "", "")
+    parts = [f"first audio {f(m.first_audio_ms)} ms", f"asr {f(m.asr_ms)}{loop}",
              f"ttft {f(m.ttft_ms)}", f"1st sentence {f(m.first_sentence_ms)}",
              f"tts1 {f(m.tts_first_ms)}", f"overhead {f(m.overhead_ms)}",
              "cache n/a" if m.cache_n is None else f"cache {m.cache_n}/{m.prompt_n} tok"]

@@ -38,6 +38,14 @@ def test_streamed_metrics_from_events() -> None:
     assert m["interrupted"] is False and "bargein_to_silence_ms" not in m
 
 
+def test_a_mended_whisper_loop_is_in_the_metrics() -> None:
+    assert turn_metrics(STREAMED, "streamed").asr_loop is None
+    looped = [Event(e.turn, e.t, e.name, {**e.data, "redone": "cut"})
+              if e.name == EventName.ASR_END else e for e in STREAMED]
+    m = turn_metrics(looped, "streamed")
+    assert m.asr_loop == "cut" and m.to_dict()["asr_loop"] == "cut"
+
+
 def test_serial_overhead_counts_the_whole_reply_and_all_tts() -> None:
     events = [e for e in STREAMED if e.name != "playback.start"]
     events.append(Event(1, 1.95, "playback.start", {"index": 0}))
@@ -97,3 +105,19 @@ def test_bargein_after_the_stream_was_already_closed_has_no_close_latency() -> N
 def test_every_event_name_is_in_the_contract() -> None:
     contract = (Path(__file__).parent.parent / "docs" / "contracts.md").read_text()
     assert all(f"| `{name}` |" in contract for name in EventName)
+
+
+def test_prometheus_counts_mended_whisper_loops() -> None:
+    from pipeline.turn import TurnResult
+    from services.prom import ServiceMetrics
+
+    metrics = ServiceMetrics()
+    looped = [Event(e.turn, e.t, e.name, {**e.data, "redone": "fitted"})
+              if e.name == EventName.ASR_END else e for e in STREAMED]
+    for n, events in enumerate((looped, STREAMED), start=1):
+        result = TurnResult(n, "streamed", events=list(events))
+        result.metrics = turn_metrics(events, "streamed")  # as the runner sets it
+        metrics.record_turn(result, "ws", n)
+    text = metrics.render().decode()
+    assert 'voice_llm_asr_loops_total{mended="fitted"} 1.0' in text
+    assert 'mended="cut"' not in text

@@ -21,5 +21,13 @@ def test_a_cut_before_the_llm_request_says_so_instead_of_dashes() -> None:
     assert "closed -" not in line and "slot idle -" not in line
 
 
+def test_a_mended_whisper_loop_shows_beside_the_asr_time() -> None:
+    line = summary_line(TurnMetrics("streamed", asr_ms=585, asr_loop="cut"))
+    assert "asr 585 (looped, cut)" in line
+    line = summary_line(TurnMetrics("streamed", asr_ms=3000, asr_loop="full"))
+    assert "asr 3000 (looped, 30 s window)" in line
+    assert "looped" not in summary_line(TurnMetrics("streamed", asr_ms=400))
+
+
 def test_an_uninterrupted_turn_has_no_barge_in_part() -> None:
     assert "barge-in" not in summary_line(TurnMetrics("streamed", asr_ms=400, ttft_ms=200))
