@@ -465,17 +465,22 @@ def bench_gate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=("window", "pad", "retry", "heard", "gate"))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("window", "pad", "retry", "heard", "gate"),
+                        help="the bench to run (above)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="window: passes over the clips (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="Whisper's CPU threads (default %(default)s)")
     parser.add_argument("--pads", type=float, nargs="+",
-                        default=[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0])
+                        default=[0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0],
+                        help="pad: silences after the audio to compare, s")
     parser.add_argument("--leads", type=float, nargs="+", default=[0.0, 0.1, 0.2, 0.3],
-                        help="retry: lead-ins before the first voiced sample, s")
+                        help="retry, pad --live-cuts: lead-ins before the first voiced sample, s")
     parser.add_argument("--tails", type=float, nargs="+",
                         default=[0.05, 0.1, 0.15, 0.2, 0.3],
-                        help="retry: silences after the last voiced sample, s")
+                        help="retry, pad --live-cuts: silences after the last voiced sample, s")
     parser.add_argument("--live-cuts", action="store_true",
                         help="pad: cut each question as the live path does (--leads, "
                         "--tails) and add the paused questions' halves")
@@ -489,9 +494,12 @@ def main() -> int:
                         help="retry: paddings for a second fitted decode, s")
     parser.add_argument("--run", type=Path, metavar="DIR",
                         help="heard: a scripts/bench_live.py --out folder (its r*/said/)")
-    parser.add_argument("--windows", nargs="+", default=["fitted", "full"])
-    parser.add_argument("--clips", type=Path, default=CLIPS)
-    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_asr")
+    parser.add_argument("--windows", nargs="+", default=["fitted", "full"],
+                        help="window: the windows to compare")
+    parser.add_argument("--clips", type=Path, default=CLIPS,
+                        help="clips of scripts/make_gate_clips.py (default out/gate_clips)")
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench_asr",
+                        help="where <bench>.json goes (default out/bench_asr)")
     parser.add_argument("-v", "--verbose", action="store_true", help="gate: every clip")
     args = parser.parse_args()
     import os
