@@ -306,7 +306,7 @@ def turns_of(condition: str, round_: int, questions: list[Path], events: list[di
 
 def speculation_counts(events: list[dict[str, object]]) -> dict[str, int]:
     counts = {"started": 0, "confirmed": 0, "cancelled": 0, "cancelled_idle": 0,
-              "wasted_tokens": 0, "early_asr": 0}
+              "wasted_tokens": 0, "early_asr": 0, "asr_loops": 0, "asr_loops_cut": 0}
     by_turn: dict[object, list[dict[str, object]]] = {}
     for e in events:
         by_turn.setdefault(e["turn"], []).append(e)
@@ -317,6 +317,10 @@ def speculation_counts(events: list[dict[str, object]]) -> dict[str, int]:
         # Whisper started at a gap before the pause (pipeline/early_asr.py) and was taken.
         counts["early_asr"] += any(e["stage"] == "asr" and e["event"] == "start"
                                    and "early_ms" in e for e in evs)
+        # Whisper looped and was mended (asr.end redone): "cut" cost no second decode.
+        mends = [e["redone"] for e in evs if e["stage"] == "asr" and e.get("redone")]
+        counts["asr_loops"] += bool(mends)
+        counts["asr_loops_cut"] += mends == ["cut"]
         if "speculation.cancelled" in names:
             counts["cancelled"] += 1
             idle = [e for e in evs if e["stage"] == "server" and e.get("confirmed")]
@@ -373,6 +377,10 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]],
                      + "; answered on part of the audio (Whisper's words aside): "
                      + ", ".join(f"{cond} {c.get('answered_in_pieces', 0)}"
                                  for cond, c in counts.items()))
+    if any(c.get("asr_loops") for c in counts.values()):
+        lines.append("Whisper looped (every turn, mended; docs/contracts.md `asr_loop`): "
+                     + ", ".join(f"{cond} {c.get('asr_loops', 0)} ({c.get('asr_loops_cut', 0)}"
+                                 " cut at the repeat)" for cond, c in counts.items()))
     for cond, c in counts.items():
         if c.get("started"):
             lines.append(f"speculation ({cond}): started {c['started']}, confirmed "

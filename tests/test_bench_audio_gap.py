@@ -86,6 +86,19 @@ def test_the_report_sets_the_audio_beside_the_pipelines_clocks() -> None:
     assert "on/off = 0.53" in text and "no reply found on the recording 1" in text
 
 
+def test_the_counts_say_how_often_whisper_looped_and_how_it_was_mended() -> None:
+    def asr_end(turn: int, **data: object) -> dict[str, object]:
+        return {"turn": turn, "stage": "asr", "event": "end", "text": "q", **data}
+
+    events = [asr_end(1), asr_end(2, redone="cut"), asr_end(3, redone="fitted")]
+    c = bench_live.speculation_counts(events)
+    assert (c["asr_loops"], c["asr_loops_cut"]) == (2, 1)
+    text = bench_live.table([], {"speculation on": c, "speculation off":
+                                 bench_live.speculation_counts([asr_end(1)])})
+    assert "speculation on 2 (1 cut at the repeat), speculation off 0 (0 cut" in text
+    assert "Whisper looped" not in bench_live.table([], {"speculation off": {}})
+
+
 def test_turns_never_heard_answer_no_question() -> None:
     """An abandoned speculation and a turn cut before a word of it played (the rest of a
     paused question went on) take turn numbers but answer nothing: question k is the k-th
