@@ -294,9 +294,12 @@ class WhisperAsr:
                 why = self._looks_broken(fitted, samples.size)
                 if not why:
                     return fitted
-                return (self._end_at_loop(fitted, why, samples.size)
-                        or self._redo(samples, why))
+                return self._mend(fitted, samples, why)
         return self._full(samples)
+
+    def _mend(self, looped: Transcript, samples: np.ndarray, why: str) -> Transcript:
+        """A looped first decode: cut where the repeat began, else decoded again."""
+        return self._end_at_loop(looped, why, samples.size) or self._redo(samples, why)
 
     def _end_at_loop(self, looped: Transcript, why: str, samples: int) -> Transcript | None:
         """The looped decode up to where it began repeating, if Whisper could have ended

@@ -172,8 +172,7 @@ def bench_pad(args: argparse.Namespace) -> dict[str, Any]:
         result = asr._fitted(audio, fitted_frames(audio.size, pad))
         why = asr._looks_broken(result, audio.size)
         if why and args.mended:
-            result = (asr._end_at_loop(result, why, audio.size)
-                      or asr._redo(audio, why))
+            result = asr._mend(result, audio, why)
         return result, bool(why)
 
     pairs: dict[float, list[tuple[str, str]]] = {p: [] for p in args.pads}
@@ -262,11 +261,8 @@ def compare_mends(asr: WhisperAsr, looped: list[dict[str, Any]],
     ways[f"fitted {pads}, then 30 s (session 14)"] = (
         lambda item: asr._redo(item["audio"], "bench"))
     # What WhisperAsr does now: end where the repeat began, else the chain above.
-    def shipped(item: dict[str, Any]) -> Transcript:
-        return (asr._end_at_loop(item["first"], "bench", item["audio"].size)
-                or asr._redo(item["audio"], "bench"))
-
-    ways[f"cut at the repeat, else {pads}, 30 s (shipped)"] = shipped
+    ways[f"cut at the repeat, else {pads}, 30 s (shipped)"] = (
+        lambda item: asr._mend(item["first"], item["audio"], "bench"))
     rows: list[dict[str, Any]] = []
     if not looped:
         return rows
@@ -332,9 +328,10 @@ def bench_retry(args: argparse.Namespace) -> dict[str, Any]:
             "looped": _strip(looped)}
 
 
-def heard_turns(run: Path, asr: WhisperAsr) -> list[tuple[str, int, str, str, np.ndarray]]:
+def heard_turns(run: Path, asr: WhisperAsr
+                ) -> list[tuple[str, int, str, str, np.ndarray, Transcript]]:
     """What talk transcribed in a ``bench_live`` run, from its recordings: per condition
-    folder, each turn's (folder, turn, text, redone, audio), the audio being the
+    folder, each turn's (folder, turn, text, redone, audio, first decode), the audio being the
     utterance it belonged to (``said/``) cut to the turn's ``asr.start`` length. A turn
     is matched to the utterance (this one or one of the next two) whose cut Whisper
     hears most like talk did, so speculative turns on a part of one find it."""
@@ -353,20 +350,19 @@ def heard_turns(run: Path, asr: WhisperAsr) -> list[tuple[str, int, str, str, np
                 turn.update(text=e["text"], redone=e.get("redone", ""))
         u = 0
         for number, turn in sorted(turns.items()):
-            best: tuple[float, int] | None = None
+            best: tuple[float, int, Transcript] | None = None
             for c in range(u, min(u + 3, len(said))):
                 if said[c].size + 160 < turn["n"]:
                     continue
-                heard = asr._fitted(said[c][:turn["n"]], fitted_frames(
-                    turn["n"], asr.pad_s)).text
-                score = _overlap(heard, turn["text"])
+                _took, heard = first_decode(asr, said[c][:turn["n"]])
+                score = _overlap(heard.text, turn["text"])
                 if best is None or score > best[0] + 0.05:
-                    best = (score, c)
+                    best = (score, c, heard)
             if best is None:
                 continue
-            u = best[1]
+            _score, u, first = best
             found.append((folder.name, number, turn["text"], turn["redone"],
-                          said[u][:turn["n"]]))
+                          said[u][:turn["n"]], first))
     return found
 
 
@@ -386,9 +382,8 @@ def bench_heard(args: argparse.Namespace) -> dict[str, Any]:
                          "scripts/bench_live.py first")
     looped: list[dict[str, Any]] = []
     talk_redone: dict[str, int] = {}
-    for folder, number, text, redone, audio in turns:
+    for folder, number, text, redone, audio, result in turns:
         talk_redone[redone or "-"] = talk_redone.get(redone or "-", 0) + 1
-        _took, result = first_decode(asr, audio)
         if asr._looks_broken(result, audio.size):
             # talk's own words are the reference: what it heard once mended
             looped.append({"name": f"{folder} turn {number}", "text": text,
