@@ -43,6 +43,22 @@ class Interruptible(Protocol):
     def interrupt(self, source: str = "user") -> bool: ...
 
 
+class PlaybackLevel(Protocol):
+    """How loud the speaker was just before ``t`` (``PlaybackTap`` in the product)."""
+
+    def level(self, t: float) -> float: ...
+
+
+def loudest_rms(audio: np.ndarray, rate: int) -> float:
+    """The loudest 20 ms RMS of ``audio`` (float scale), 0.0 when shorter than 20 ms."""
+    block = max(1, rate // 50)
+    n = audio.size // block
+    if not n:
+        return 0.0
+    frames = audio[:n * block].reshape(n, block)
+    return float(np.sqrt(np.mean(np.square(frames), axis=1)).max())
+
+
 class BargeIn:
     def __init__(self, target: Interruptible, *, cut_prepared: bool = True) -> None:
         self.target = target
@@ -100,7 +116,7 @@ class BargeIn:
 
     async def watch(self, mic: AsyncIterable[MicBlock], segmenter: UtteranceSegmenter,
                     on_utterance: Callable[[UtteranceEnd, bool], None], *,
-                    detector: SustainedSpeech, tap: PlaybackTap | None = None,
+                    detector: SustainedSpeech, tap: PlaybackLevel | None = None,
                     guard: EchoGuard | None = None,
                     on_segment: Callable[[SegmentEvent], None] | None = None) -> None:
         """The microphone source: runs for the whole conversation.
@@ -141,28 +157,37 @@ class BargeIn:
 
 class SustainedSpeech:
     """Pure: has the user been talking for ``required`` ms? Gaps shorter than ``gap_ms``
-    (between syllables and words) do not reset the count; a longer pause does."""
+    (between syllables and words) do not reset the count; a longer pause does.
+
+    The requirement may change from window to window (the echo guard asks for more while
+    something plays, and playback pauses between sentences), so the detector fires the
+    first time the count *is* at or above it, not only when the count crosses it: speech
+    that had already passed the plain minimum when the guard let go still interrupts."""
 
     def __init__(self, min_ms: float = 300.0, gap_ms: float = 250.0) -> None:
         self.min_ms, self.gap_ms = min_ms, gap_ms
         self.voiced_ms = 0.0
         self._gap = 0.0
+        self._fired = False  # for the speech in progress
 
     def reset(self) -> None:
-        self.voiced_ms, self._gap = 0.0, 0.0
+        self.voiced_ms, self._gap, self._fired = 0.0, 0.0, False
 
     def window(self, voiced: bool, ms: float, required: float | None = None) -> bool:
-        """Account one window; True exactly once, when the requirement is first met."""
+        """Account one window; True once per stretch of speech, when the requirement is
+        first met."""
         need = self.min_ms if required is None else required
-        before = self.voiced_ms
         if voiced:
             self.voiced_ms += ms
             self._gap = 0.0
         else:
             self._gap += ms
             if self._gap >= self.gap_ms:
-                self.voiced_ms = 0.0
-        return before < need <= self.voiced_ms
+                self.voiced_ms, self._fired = 0.0, False
+        if self._fired or self.voiced_ms < need:
+            return False
+        self._fired = True
+        return True
 
 
 @dataclass
@@ -244,14 +269,8 @@ class PlaybackTap:
         for start, audio, rate in self._played:
             a = max(0, int((t - self.span_s - start) * rate))
             b = min(audio.size, int((t - start) * rate))
-            if b <= a:
-                continue
-            block = max(1, rate // 50)
-            seg = audio[a:b]
-            n = seg.size // block
-            if n:
-                rms = np.sqrt(np.mean(np.square(seg[:n * block].reshape(n, block)), axis=1))
-                loudest = max(loudest, float(rms.max()))
+            if b > a:
+                loudest = max(loudest, loudest_rms(audio[a:b], rate))
         return loudest
 
     def stop(self) -> None:

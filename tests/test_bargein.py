@@ -19,7 +19,7 @@ import pytest
 
 from pipeline.audio_in import load_wav
 from pipeline.audio_out import RealtimeNullSink
-from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
+from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech, loudest_rms
 from pipeline.events import EventRecorder
 from pipeline.mic import (
     SAMPLE_RATE,
@@ -252,6 +252,82 @@ async def test_echo_guard_lets_a_louder_user_through(vad, assistant_voice):
     assert plain.trigger_block is not None and room.trigger_block is not None
     assert room.trigger_block > plain.trigger_block
     print(f"\nguarded barge-in {20 * (room.trigger_block - plain.trigger_block)} ms later")
+
+
+def test_sustained_speech_fires_once_per_stretch_of_speech() -> None:
+    det = SustainedSpeech(300, gap_ms=250)
+    fired = [det.window(True, 32) for _ in range(20)]
+    assert fired.index(True) == 9 and fired.count(True) == 1  # 10 windows = 320 ms
+    assert not any(det.window(False, 32) for _ in range(7))  # a 224 ms gap: same stretch
+    assert not any(det.window(True, 32) for _ in range(5))
+    assert not any(det.window(False, 32) for _ in range(8))  # 256 ms: a new stretch
+    assert [det.window(True, 32) for _ in range(10)][-1] is True
+
+
+def test_sustained_speech_fires_when_the_requirement_drops_below_what_was_said() -> None:
+    """The echo guard asks for 500 ms while something plays and 300 ms in the pauses
+    between sentences: 400 ms said under the guard must interrupt when it lets go."""
+    det = SustainedSpeech(300)
+    assert not any(det.window(True, 32, 500) for _ in range(13))  # 416 ms, under 500
+    assert det.window(True, 32, 300) is True  # the guard let go: 448 ms >= 300
+    assert not det.window(True, 32, 500)  # once
+
+
+def test_sustained_speech_fires_when_the_requirement_rises_and_is_reached() -> None:
+    det = SustainedSpeech(300)
+    assert not any(det.window(True, 32, 500) for _ in range(15))  # 480 ms
+    assert det.window(True, 32, 500) is True  # 512 ms
+
+
+class ScriptedTap:
+    """What the speaker played, on the microphone's clock: ``PlaybackTap.level`` over a
+    known signal (no real-time wait, so every window is decided the same way each run)."""
+
+    def __init__(self, played: np.ndarray, span_s: float = 0.3) -> None:
+        self.played, self.span = played, int(span_s * SAMPLE_RATE)
+
+    def level(self, t: float) -> float:
+        b = min(self.played.size, int(t * SAMPLE_RATE))
+        return loudest_rms(self.played[max(0, b - self.span):max(0, b)], SAMPLE_RATE)
+
+
+async def test_a_barge_in_across_a_pause_in_playback_is_not_lost(vad, assistant_voice):
+    """Speech that began under the guard (500 ms needed) and reached 300 ms by the time the
+    reply paused between sentences (the guard lets go: 300 ms needed) used to be skipped
+    for good: the detector only fired when the count crossed the requirement. Seen in CI:
+    a +12 dB user over a 0.5 echo never interrupted (test_echo_guard_pulseaudio)."""
+    voice = assistant_voice.astype(np.float32) / 32768.0
+    cut = 2 * SAMPLE_RATE
+    played = np.concatenate([voice[:cut], np.zeros(SAMPLE_RATE, np.float32), voice[cut:]])
+    pause_ends_guard = cut / SAMPLE_RATE + 0.3  # the tap looks back 300 ms
+    user = load_wav(SAMPLES / "06_learn_language.wav") * 4.0  # +12 dB
+    onset = next(i for i in range(0, user.size, BLOCK)
+                 if np.sqrt(np.mean(np.square(user[i:i + BLOCK]))) > 0.05) / SAMPLE_RATE
+    missed = []
+    for before in (0.35, 0.4, 0.45):  # user's speech began this long before the guard let go
+        start = pause_ends_guard - before - onset
+        mic = np.zeros(played.size + SAMPLE_RATE, np.float32)
+        delay = int(ECHO_DELAY_S * SAMPLE_RATE)
+        mic[delay:delay + played.size] += 0.5 * played
+        at = int(start * SAMPLE_RATE)
+        mic[at:at + user.size] += user[:mic.size - at]
+        mic = np.clip(mic, -1.0, 1.0)
+
+        async def blocks(signal: np.ndarray = mic) -> AsyncIterator[MicBlock]:
+            for i in range(0, signal.size - BLOCK + 1, BLOCK):
+                yield MicBlock(signal[i:i + BLOCK], (i + BLOCK) / SAMPLE_RATE)
+
+        vad.reset()
+        room = Room(np.zeros(0, np.float32))
+        room.recorder.emit("turn.start")
+        room.recorder.emit("playback.start", index=0)
+        await room.bargein.watch(blocks(), UtteranceSegmenter(vad), lambda u, p: None,
+                                 detector=SustainedSpeech(300),
+                                 tap=ScriptedTap(played),
+                                 guard=EchoGuard())
+        if room.trigger_at is None:
+            missed.append(before)
+    assert not missed, f"no barge-in when speech began {missed} s before the pause"
 
 
 async def test_scripted_barge_in_waits_for_this_turns_playback_not_the_last_ones() -> None:
