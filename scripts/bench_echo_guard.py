@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Barge-in over open speakers: does the user get through the echo guard, and how fast?
+
+The reply is real Piper speech (the bundled voice): a few sentences synthesized one by one
+and played back to back, as ``talk`` plays them, with the pauses Piper leaves between them.
+The microphone hears that reply as open speakers leak it (``--echo`` gains, 40 ms later)
+plus a user saying one of the sample questions at ``--levels`` dB over the samples' level,
+starting at onsets spread over the reply. Every 20 ms block goes through the real pieces:
+the Silero segmenter, ``EchoGuard`` and ``BargeIn.watch``, with the playback level taken
+from what was played on the microphone's clock (no real-time wait: the same audio gives
+the same decisions, so the conditions below are compared on identical input).
+
+Three versions of the guard, on the same audio in the same run:
+
+- ``before``: the barge-in fired only when the speech count *crossed* the requirement
+  (300 ms, 500 ms while something plays), and the echo estimate learnt from every window
+  the guard rejected. Speech past 300 ms but short of 500 ms when playback paused between
+  sentences (the guard lets go) was then never heard for the rest of the utterance; and
+  the user's own quieter syllables, rejected, raised the echo estimate until the user was
+  rejected for good;
+- ``reached``: the barge-in fires once the count *meets* the requirement;
+- ``shipped``: that, and the echo estimate does not learn while an utterance the guard
+  let through goes on.
+
+And the echo alone (the user says nothing): any barge-in is the assistant interrupting
+itself.
+
+The report (``echo_guard.md``, ``echo_guard.json``): for every echo gain, user level and
+version, the barge-ins out of the trials, those that came before the user said a word
+(the echo did it), and the delay from the user's first voiced block to the barge-in
+(p50/p95).
+
+Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 0.5]   (a few minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pipeline.audio_in import SAMPLE_RATE, load_wav  # noqa: E402
+from pipeline.bargein import (  # noqa: E402
+    BargeIn,
+    EchoGuard,
+    SustainedSpeech,
+    loudest_rms,
+)
+from pipeline.events import EventName, EventRecorder  # noqa: E402
+from pipeline.mic import MicBlock, SileroStream, UtteranceSegmenter  # noqa: E402
+
+BLOCK = SAMPLE_RATE // 50  # the microphone's 20 ms blocks
+ECHO_DELAY_S = 0.04
+REPLIES = [
+    ["The sky looks blue because of the way sunlight is scattered by the air.",
+     "Sunlight is made of many colours, and blue light has a shorter wavelength.",
+     "Short waves are scattered much more by the molecules in the atmosphere.",
+     "So when you look up, you see blue light coming from every direction."],
+    ["A good cup of tea starts with fresh water that has just boiled.",
+     "Warm the pot first, then add one spoon of leaves for each cup.",
+     "Let it steep for three to five minutes, depending on how strong you like it.",
+     "Add milk or lemon if you wish, and enjoy it while it is hot."],
+]
+
+
+class CrossingSpeech(SustainedSpeech):
+    """The rule before: fire only when the count crosses the requirement."""
+
+    def window(self, voiced: bool, ms: float, required: float | None = None) -> bool:
+        need = self.min_ms if required is None else required
+        before = self.voiced_ms
+        if voiced:
+            self.voiced_ms += ms
+            self._gap = 0.0
+        else:
+            self._gap += ms
+            if self._gap >= self.gap_ms:
+                self.voiced_ms = 0.0
+        return before < need <= self.voiced_ms
+
+
+class LearnsAlways(EchoGuard):
+    """The echo estimate before: it learnt from the user's rejected syllables too."""
+
+    def observe(self, rms: float, play_rms: float, accepted: bool, *,
+                user_speaking: bool = False) -> None:
+        del user_speaking
+        super().observe(rms, play_rms, accepted)
+
+
+# name: (barge-in detector, echo guard)
+VERSIONS: dict[str, tuple[type[SustainedSpeech], type[EchoGuard]]] = {
+    "before": (CrossingSpeech, LearnsAlways),
+    "reached": (SustainedSpeech, LearnsAlways),
+    "shipped": (SustainedSpeech, EchoGuard),
+}
+
+
+class KnownPlayback:
+    """``PlaybackTap.level`` over a signal played from t = 0 on the microphone's clock."""
+
+    def __init__(self, played: np.ndarray, span_s: float = 0.3) -> None:
+        self.played, self.span = played, int(span_s * SAMPLE_RATE)
+
+    def level(self, t: float) -> float:
+        b = min(self.played.size, int(t * SAMPLE_RATE))
+        return loudest_rms(self.played[max(0, b - self.span):max(0, b)], SAMPLE_RATE)
+
+
+class Trigger:
+    """The ``Interruptible`` the barge-in task drives: remembers when it first fired."""
+
+    def __init__(self) -> None:
+        self.now = 0.0  # the microphone's clock: end of the block being decided
+        self.at: float | None = None
+
+    def interrupt(self, source: str = "user") -> bool:
+        del source
+        if self.at is not None:
+            return False
+        self.at = self.now
+        return True
+
+
+async def barge_in_at(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
+                      version: str) -> float | None:
+    """Seconds into ``mic`` at which the barge-in fired, or None."""
+    trigger = Trigger()
+    bargein = BargeIn(trigger)
+    recorder = EventRecorder(1)
+    recorder.listeners.append(bargein.on_event)
+    recorder.emit(EventName.TURN_START)
+    recorder.emit(EventName.PLAYBACK_START, index=0)
+
+    async def blocks() -> AsyncIterator[MicBlock]:
+        for i in range(0, mic.size - BLOCK + 1, BLOCK):
+            if trigger.at is not None:
+                return
+            trigger.now = (i + BLOCK) / SAMPLE_RATE
+            yield MicBlock(mic[i:i + BLOCK], trigger.now)
+
+    detector, guard = VERSIONS[version]
+    vad.reset()
+    await bargein.watch(blocks(), UtteranceSegmenter(vad), lambda u, p: None,
+                        detector=detector(300.0), tap=KnownPlayback(played), guard=guard())
+    return trigger.at
+
+
+def to_mic_rate(audio: np.ndarray, rate: int) -> np.ndarray:
+    """Linear resampling to 16 kHz: enough for levels and Silero (PulseAudio does this)."""
+    if rate == SAMPLE_RATE:
+        return np.asarray(audio, dtype=np.float32)
+    n = int(audio.size * SAMPLE_RATE / rate)
+    x = np.arange(n) * (rate / SAMPLE_RATE)
+    out: np.ndarray = np.interp(x, np.arange(audio.size), audio).astype(np.float32)
+    return out
+
+
+def synthesize_replies() -> list[np.ndarray]:
+    from pipeline.tts import PiperTts, trim_leading_silence
+    from services import models
+
+    onnx, config = models.piper_voice()
+    tts = PiperTts(onnx, config)
+    tts.load()
+    replies = []
+    for sentences in REPLIES:
+        parts = [tts.synthesize(s) for s in sentences]
+        parts[0] = trim_leading_silence(parts[0], tts.sample_rate)
+        audio: np.ndarray = np.concatenate(parts).astype(np.float32) / 32768.0
+        replies.append(to_mic_rate(audio, tts.sample_rate))
+    return replies
+
+
+def onset_s(user: np.ndarray) -> float:
+    """The user's first voiced 20 ms block (RMS > 0.02) in their own track."""
+    for i in range(0, user.size - BLOCK + 1, BLOCK):
+        if loudest_rms(user[i:i + BLOCK], SAMPLE_RATE) > 0.02:
+            return i / SAMPLE_RATE
+    return 0.0
+
+
+def mix(reply: np.ndarray, echo: float, user: np.ndarray | None, at_s: float) -> np.ndarray:
+    end = reply.size + SAMPLE_RATE
+    if user is not None:
+        end = max(end, int(at_s * SAMPLE_RATE) + user.size + SAMPLE_RATE // 2)
+    mic = np.zeros(end, np.float32)
+    delay = int(ECHO_DELAY_S * SAMPLE_RATE)
+    mic[delay:delay + reply.size] += echo * reply
+    if user is not None:
+        a = int(at_s * SAMPLE_RATE)
+        mic[a:a + user.size] += user
+    return np.clip(mic, -1.0, 1.0)
+
+
+def pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)) * 1000) if values else None
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    vad = SileroStream()
+    replies = synthesize_replies()
+    users = [load_wav(p) for p in sorted((ROOT / "samples").glob("*.wav"))]
+    rows: list[dict[str, object]] = []
+    trials = [(r, u, at) for r, reply in enumerate(replies) for u, user in enumerate(users)
+              for at in np.arange(0.5, reply.size / SAMPLE_RATE - 1.0, args.step)]
+    total = len(args.echo) * (len(replies) + len(args.levels) * len(trials)) * len(VERSIONS)
+    done, started = 0, time.monotonic()
+
+    def progress() -> None:
+        print(f"\r{done}/{total} runs, {time.monotonic() - started:.0f} s", end="",
+              file=sys.stderr, flush=True)
+
+    for echo in args.echo:
+        for version in VERSIONS:
+            alone = []
+            for reply in replies:
+                alone.append(await barge_in_at(vad, mix(reply, echo, None, 0.0), reply,
+                                               version))
+                done += 1
+                progress()
+            rows.append({"echo": echo, "level_db": None, "version": version,
+                         "trials": len(alone), "barge_ins": sum(a is not None for a in alone),
+                         "early": 0, "delay_p50_ms": None, "delay_p95_ms": None})
+            for db in args.levels:
+                gain = 10 ** (db / 20)
+                delays, early = [], 0
+                for r, u, at in trials:
+                    user = users[u] * gain
+                    fired = await barge_in_at(vad, mix(replies[r], echo, user, float(at)),
+                                              replies[r], version)
+                    done += 1
+                    progress()
+                    if fired is None:
+                        continue
+                    delay = fired - at - onset_s(user)
+                    if delay < 0:  # before the user said a word: the echo did it
+                        early += 1
+                    else:
+                        delays.append(delay)
+                rows.append({"echo": echo, "level_db": db, "version": version,
+                             "trials": len(trials), "barge_ins": len(delays), "early": early,
+                             "delay_p50_ms": pct(delays, 50), "delay_p95_ms": pct(delays, 95)})
+    print(file=sys.stderr)
+    return {"replies_s": [round(r.size / SAMPLE_RATE, 2) for r in replies],
+            "users": len(users), "step_s": args.step, "rows": rows}
+
+
+def report(result: dict[str, object]) -> str:
+    rows = result["rows"]
+    assert isinstance(rows, list)
+    lines = [f"Replies {result['replies_s']} s of Piper speech; {result['users']} sample "
+             f"questions, onsets every {result['step_s']} s.", "",
+             "| echo | user | version | barge-ins | before the user spoke | delay p50 ms "
+             "| p95 |", "|---:|---|---|---:|---:|---:|---:|"]
+    for row in rows:
+        user = "silent" if row["level_db"] is None else f"{row['level_db']:+g} dB"
+        delay = row["delay_p50_ms"] if row["delay_p50_ms"] is not None else "-"
+        p95 = row["delay_p95_ms"] if row["delay_p95_ms"] is not None else "-"
+        lines.append(f"| {row['echo']} | {user} | {row['version']} | "
+                     f"{row['barge_ins']}/{row['trials']} | {row['early']} | {delay} | {p95} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "out" / "echo_guard",
+                    help="where echo_guard.md and echo_guard.json go")
+    ap.add_argument("--step", type=float, default=0.5,
+                    help="seconds between the user's onsets over each reply (default 0.5)")
+    ap.add_argument("--echo", type=float, nargs="+", default=[0.25, 0.5, 0.75],
+                    help="echo path gains, speaker to microphone (default 0.25 0.5 0.75)")
+    ap.add_argument("--levels", type=float, nargs="+", default=[0.0, 6.0, 12.0],
+                    help="the user's level in dB over the samples (default 0 6 12)")
+    args = ap.parse_args()
+    result = asyncio.run(run(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "echo_guard.json").write_text(json.dumps(result, indent=1))
+    text = report(result)
+    (args.out / "echo_guard.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
