@@ -279,6 +279,20 @@ def test_sustained_speech_fires_when_the_requirement_rises_and_is_reached() -> N
     assert det.window(True, 32, 500) is True  # 512 ms
 
 
+def test_the_echo_estimate_does_not_learn_while_an_utterance_goes_on() -> None:
+    guard = EchoGuard()
+    for _ in range(30):
+        guard.observe(0.05, 0.2, accepted=False)  # echo at a quarter of the playback
+    learnt = guard.coupling
+    assert learnt == pytest.approx(0.25)
+    for _ in range(30):  # the user's rejected syllables, inside an utterance let through
+        guard.observe(0.3, 0.2, accepted=False, user_speaking=True)
+    assert guard.coupling == learnt
+    for _ in range(30):  # the same windows outside one: taken for a louder echo
+        guard.observe(0.3, 0.2, accepted=False)
+    assert guard.coupling > learnt
+
+
 class ScriptedTap:
     """What the speaker played, on the microphone's clock: ``PlaybackTap.level`` over a
     known signal (no real-time wait, so every window is decided the same way each run)."""
@@ -291,11 +305,36 @@ class ScriptedTap:
         return loudest_rms(self.played[max(0, b - self.span):max(0, b)], SAMPLE_RATE)
 
 
+async def barges_in(vad: SileroStream, played: np.ndarray, echo: float, user: np.ndarray,
+                   at_s: float) -> bool:
+    """``played`` from t = 0 leaks into the microphone at ``echo``; the user starts at
+    ``at_s``. Decided block by block on the microphone's clock, with the echo guard on."""
+    mic = np.zeros(max(played.size, int(at_s * SAMPLE_RATE) + user.size) + SAMPLE_RATE,
+                   np.float32)
+    delay = int(ECHO_DELAY_S * SAMPLE_RATE)
+    mic[delay:delay + played.size] += echo * played
+    at = int(at_s * SAMPLE_RATE)
+    mic[at:at + user.size] += user
+    mic = np.clip(mic, -1.0, 1.0)
+
+    async def blocks() -> AsyncIterator[MicBlock]:
+        for i in range(0, mic.size - BLOCK + 1, BLOCK):
+            yield MicBlock(mic[i:i + BLOCK], (i + BLOCK) / SAMPLE_RATE)
+
+    vad.reset()
+    room = Room(np.zeros(0, np.float32))
+    room.recorder.emit("turn.start")
+    room.recorder.emit("playback.start", index=0)
+    await room.bargein.watch(blocks(), UtteranceSegmenter(vad), lambda u, p: None,
+                             detector=SustainedSpeech(300), tap=ScriptedTap(played),
+                             guard=EchoGuard())
+    return room.trigger_at is not None
+
+
 async def test_a_barge_in_across_a_pause_in_playback_is_not_lost(vad, assistant_voice):
     """Speech that began under the guard (500 ms needed) and reached 300 ms by the time the
     reply paused between sentences (the guard lets go: 300 ms needed) used to be skipped
-    for good: the detector only fired when the count crossed the requirement. Seen in CI:
-    a +12 dB user over a 0.5 echo never interrupted (test_echo_guard_pulseaudio)."""
+    for good: the detector only fired when the count crossed the requirement."""
     voice = assistant_voice.astype(np.float32) / 32768.0
     cut = 2 * SAMPLE_RATE
     played = np.concatenate([voice[:cut], np.zeros(SAMPLE_RATE, np.float32), voice[cut:]])
@@ -303,31 +342,22 @@ async def test_a_barge_in_across_a_pause_in_playback_is_not_lost(vad, assistant_
     user = load_wav(SAMPLES / "06_learn_language.wav") * 4.0  # +12 dB
     onset = next(i for i in range(0, user.size, BLOCK)
                  if np.sqrt(np.mean(np.square(user[i:i + BLOCK]))) > 0.05) / SAMPLE_RATE
-    missed = []
-    for before in (0.35, 0.4, 0.45):  # user's speech began this long before the guard let go
-        start = pause_ends_guard - before - onset
-        mic = np.zeros(played.size + SAMPLE_RATE, np.float32)
-        delay = int(ECHO_DELAY_S * SAMPLE_RATE)
-        mic[delay:delay + played.size] += 0.5 * played
-        at = int(start * SAMPLE_RATE)
-        mic[at:at + user.size] += user[:mic.size - at]
-        mic = np.clip(mic, -1.0, 1.0)
-
-        async def blocks(signal: np.ndarray = mic) -> AsyncIterator[MicBlock]:
-            for i in range(0, signal.size - BLOCK + 1, BLOCK):
-                yield MicBlock(signal[i:i + BLOCK], (i + BLOCK) / SAMPLE_RATE)
-
-        vad.reset()
-        room = Room(np.zeros(0, np.float32))
-        room.recorder.emit("turn.start")
-        room.recorder.emit("playback.start", index=0)
-        await room.bargein.watch(blocks(), UtteranceSegmenter(vad), lambda u, p: None,
-                                 detector=SustainedSpeech(300),
-                                 tap=ScriptedTap(played),
-                                 guard=EchoGuard())
-        if room.trigger_at is None:
-            missed.append(before)
+    # the user's speech began this long before the guard let go
+    missed = [before for before in (0.35, 0.4, 0.45)
+              if not await barges_in(vad, played, 0.5, user,
+                                     pause_ends_guard - before - onset)]
     assert not missed, f"no barge-in when speech began {missed} s before the pause"
+
+
+async def test_the_users_own_syllables_do_not_lock_them_out(vad, assistant_voice):
+    """Early in a reply the echo estimate rests on a few windows. The user's quieter
+    syllables, rejected, used to feed it: it rose past the user's level within half a
+    second and the user was never heard (a +6 dB user over a 0.5 echo, 3 of 3 onsets)."""
+    voice = assistant_voice.astype(np.float32) / 32768.0
+    user = load_wav(SAMPLES / "06_learn_language.wav") * 2.0  # +6 dB
+    missed = [at for at in (0.0, 0.2, 0.3)
+              if not await barges_in(vad, voice, 0.5, user, at)]
+    assert not missed, f"no barge-in when the user began {missed} s into the reply"
 
 
 async def test_scripted_barge_in_waits_for_this_turns_playback_not_the_last_ones() -> None:
