@@ -2,7 +2,8 @@
 """Barge-in over open speakers: does the user get through the echo guard, and how fast?
 
 The reply is real Piper speech (the bundled voice): a few sentences synthesized one by one
-and played back to back, as ``talk`` plays them, with the pauses Piper leaves between them.
+and played back to back, as ``talk`` plays them, with the pauses Piper leaves between them
+and, with ``--gaps``, extra silence between them (the next sentence arriving late).
 The microphone hears that reply as open speakers leak it (``--echo`` gains, 40 ms later)
 plus a user saying one of the sample questions at ``--levels`` dB over the samples' level,
 starting at onsets spread over the reply. Every 20 ms block goes through the real pieces:
@@ -25,12 +26,14 @@ Three versions of the guard, on the same audio in the same run:
 And the echo alone (the user says nothing): any barge-in is the assistant interrupting
 itself.
 
-The report (``echo_guard.md``, ``echo_guard.json``): for every echo gain, user level and
-version, the barge-ins out of the trials, those that came before the user said a word
+The report (``echo_guard.md``, ``echo_guard.json``): for every gap, echo gain, user level
+and version, the barge-ins out of the trials, those that came before the user said a word
 (the echo did it), and the delay from the user's first voiced block to the barge-in
 (p50/p95).
 
-Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 0.5]   (a few minutes)
+Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 1.0]
+       (~12 minutes with the defaults on a 2-core host; the decisions do not depend on
+       the machine's speed, only the run time does)
 """
 
 from __future__ import annotations
@@ -165,7 +168,9 @@ def to_mic_rate(audio: np.ndarray, rate: int) -> np.ndarray:
     return out
 
 
-def synthesize_replies() -> list[np.ndarray]:
+def synthesize_replies() -> list[list[np.ndarray]]:
+    """Each reply as its sentences, at the microphone's rate (the first one trimmed of its
+    leading silence, as the turn does)."""
     from pipeline.tts import PiperTts, trim_leading_silence
     from services import models
 
@@ -176,9 +181,19 @@ def synthesize_replies() -> list[np.ndarray]:
     for sentences in REPLIES:
         parts = [tts.synthesize(s) for s in sentences]
         parts[0] = trim_leading_silence(parts[0], tts.sample_rate)
-        audio: np.ndarray = np.concatenate(parts).astype(np.float32) / 32768.0
-        replies.append(to_mic_rate(audio, tts.sample_rate))
+        replies.append([to_mic_rate(part.astype(np.float32) / 32768.0, tts.sample_rate)
+                        for part in parts])
     return replies
+
+
+def played(sentences: list[np.ndarray], gap_ms: float) -> np.ndarray:
+    """The sentences back to back, ``gap_ms`` of silence between them (the next sentence
+    late: an LLM or a Piper slower than playback)."""
+    gap = np.zeros(int(gap_ms * SAMPLE_RATE / 1000), np.float32)
+    parts: list[np.ndarray] = []
+    for i, sentence in enumerate(sentences):
+        parts.extend([gap, sentence] if i else [sentence])
+    return np.concatenate(parts)
 
 
 def onset_s(user: np.ndarray) -> float:
@@ -208,50 +223,57 @@ def pct(values: list[float], q: float) -> float | None:
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     vad = SileroStream()
-    replies = synthesize_replies()
+    sentences = synthesize_replies()
     users = [load_wav(p) for p in sorted((ROOT / "samples").glob("*.wav"))]
     rows: list[dict[str, object]] = []
-    trials = [(r, u, at) for r, reply in enumerate(replies) for u, user in enumerate(users)
-              for at in np.arange(0.5, reply.size / SAMPLE_RATE - 1.0, args.step)]
-    total = len(args.echo) * (len(replies) + len(args.levels) * len(trials)) * len(VERSIONS)
+    per_gap = {gap: [played(s, gap) for s in sentences] for gap in args.gaps}
+    trials = {gap: [(r, u, at) for r, reply in enumerate(replies) for u in range(len(users))
+                    for at in np.arange(0.5, reply.size / SAMPLE_RATE - 1.0, args.step)]
+              for gap, replies in per_gap.items()}
+    total = len(args.echo) * len(VERSIONS) * sum(
+        len(per_gap[g]) + len(args.levels) * len(trials[g]) for g in args.gaps)
     done, started = 0, time.monotonic()
 
     def progress() -> None:
         print(f"\r{done}/{total} runs, {time.monotonic() - started:.0f} s", end="",
               file=sys.stderr, flush=True)
 
-    for echo in args.echo:
-        for version in VERSIONS:
-            alone = []
-            for reply in replies:
-                alone.append(await barge_in_at(vad, mix(reply, echo, None, 0.0), reply,
-                                               version))
-                done += 1
-                progress()
-            rows.append({"echo": echo, "level_db": None, "version": version,
-                         "trials": len(alone), "barge_ins": sum(a is not None for a in alone),
-                         "early": 0, "delay_p50_ms": None, "delay_p95_ms": None})
-            for db in args.levels:
-                gain = 10 ** (db / 20)
-                delays, early = [], 0
-                for r, u, at in trials:
-                    user = users[u] * gain
-                    fired = await barge_in_at(vad, mix(replies[r], echo, user, float(at)),
-                                              replies[r], version)
+    for gap, replies in per_gap.items():
+        for echo in args.echo:
+            for version in VERSIONS:
+                alone = []
+                for reply in replies:
+                    alone.append(await barge_in_at(vad, mix(reply, echo, None, 0.0), reply,
+                                                   version))
                     done += 1
                     progress()
-                    if fired is None:
-                        continue
-                    delay = fired - at - onset_s(user)
-                    if delay < 0:  # before the user said a word: the echo did it
-                        early += 1
-                    else:
-                        delays.append(delay)
-                rows.append({"echo": echo, "level_db": db, "version": version,
-                             "trials": len(trials), "barge_ins": len(delays), "early": early,
-                             "delay_p50_ms": pct(delays, 50), "delay_p95_ms": pct(delays, 95)})
+                rows.append({"gap_ms": gap, "echo": echo, "level_db": None,
+                             "version": version, "trials": len(alone),
+                             "barge_ins": sum(a is not None for a in alone), "early": 0,
+                             "delay_p50_ms": None, "delay_p95_ms": None})
+                for db in args.levels:
+                    gain = 10 ** (db / 20)
+                    delays, early = [], 0
+                    for r, u, at in trials[gap]:
+                        user = users[u] * gain
+                        fired = await barge_in_at(vad, mix(replies[r], echo, user, float(at)),
+                                                  replies[r], version)
+                        done += 1
+                        progress()
+                        if fired is None:
+                            continue
+                        delay = fired - at - onset_s(user)
+                        if delay < 0:  # before the user said a word: the echo did it
+                            early += 1
+                        else:
+                            delays.append(delay)
+                    rows.append({"gap_ms": gap, "echo": echo, "level_db": db,
+                                 "version": version, "trials": len(trials[gap]),
+                                 "barge_ins": len(delays), "early": early,
+                                 "delay_p50_ms": pct(delays, 50),
+                                 "delay_p95_ms": pct(delays, 95)})
     print(file=sys.stderr)
-    return {"replies_s": [round(r.size / SAMPLE_RATE, 2) for r in replies],
+    return {"replies_s": [round(r.size / SAMPLE_RATE, 2) for r in per_gap[args.gaps[0]]],
             "users": len(users), "step_s": args.step, "rows": rows}
 
 
@@ -260,13 +282,13 @@ def report(result: dict[str, object]) -> str:
     assert isinstance(rows, list)
     lines = [f"Replies {result['replies_s']} s of Piper speech; {result['users']} sample "
              f"questions, onsets every {result['step_s']} s.", "",
-             "| echo | user | version | barge-ins | before the user spoke | delay p50 ms "
-             "| p95 |", "|---:|---|---|---:|---:|---:|---:|"]
+             "| gap ms | echo | user | version | barge-ins | before the user spoke "
+             "| delay p50 ms | p95 |", "|---:|---:|---|---|---:|---:|---:|---:|"]
     for row in rows:
         user = "silent" if row["level_db"] is None else f"{row['level_db']:+g} dB"
         delay = row["delay_p50_ms"] if row["delay_p50_ms"] is not None else "-"
         p95 = row["delay_p95_ms"] if row["delay_p95_ms"] is not None else "-"
-        lines.append(f"| {row['echo']} | {user} | {row['version']} | "
+        lines.append(f"| {row['gap_ms']:g} | {row['echo']} | {user} | {row['version']} | "
                      f"{row['barge_ins']}/{row['trials']} | {row['early']} | {delay} | {p95} |")
     return "\n".join(lines) + "\n"
 
@@ -277,12 +299,14 @@ def main() -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "echo_guard",
                     help="where echo_guard.md and echo_guard.json go")
-    ap.add_argument("--step", type=float, default=0.5,
-                    help="seconds between the user's onsets over each reply (default 0.5)")
-    ap.add_argument("--echo", type=float, nargs="+", default=[0.25, 0.5, 0.75],
-                    help="echo path gains, speaker to microphone (default 0.25 0.5 0.75)")
-    ap.add_argument("--levels", type=float, nargs="+", default=[0.0, 6.0, 12.0],
-                    help="the user's level in dB over the samples (default 0 6 12)")
+    ap.add_argument("--step", type=float, default=1.0,
+                    help="seconds between the user's onsets over each reply (default 1)")
+    ap.add_argument("--echo", type=float, nargs="+", default=[0.25, 0.5],
+                    help="echo path gains, speaker to microphone (default 0.25 0.5)")
+    ap.add_argument("--gaps", type=float, nargs="+", default=[0.0, 500.0],
+                    help="extra silence between the reply's sentences, ms (default 0 500)")
+    ap.add_argument("--levels", type=float, nargs="+", default=[6.0, 12.0],
+                    help="the user's level in dB over the samples (default 6 12)")
     args = ap.parse_args()
     result = asyncio.run(run(args))
     args.out.mkdir(parents=True, exist_ok=True)
