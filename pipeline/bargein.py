@@ -177,6 +177,14 @@ class SustainedSpeech:
         """Account one window; True once per stretch of speech, when the requirement is
         first met."""
         need = self.min_ms if required is None else required
+        self.account(voiced, ms)
+        if self._fired or self.voiced_ms < need:
+            return False
+        self._fired = True
+        return True
+
+    def account(self, voiced: bool, ms: float) -> None:
+        """Count one window of speech or silence; a long enough gap starts over."""
         if voiced:
             self.voiced_ms += ms
             self._gap = 0.0
@@ -184,10 +192,6 @@ class SustainedSpeech:
             self._gap += ms
             if self._gap >= self.gap_ms:
                 self.voiced_ms, self._fired = 0.0, False
-        if self._fired or self.voiced_ms < need:
-            return False
-        self._fired = True
-        return True
 
 
 @dataclass

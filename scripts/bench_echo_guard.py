@@ -81,13 +81,7 @@ class CrossingSpeech(SustainedSpeech):
     def window(self, voiced: bool, ms: float, required: float | None = None) -> bool:
         need = self.min_ms if required is None else required
         before = self.voiced_ms
-        if voiced:
-            self.voiced_ms += ms
-            self._gap = 0.0
-        else:
-            self._gap += ms
-            if self._gap >= self.gap_ms:
-                self.voiced_ms = 0.0
+        self.account(voiced, ms)
         return before < need <= self.voiced_ms
 
 
