@@ -237,7 +237,7 @@ class EchoGuard:
 
         Not while an utterance the guard let through goes on (``user_speaking``): its
         quieter syllables, rejected, are the user over the echo, not the echo. Learnt from,
-        they raised the estimate within half a second until the user was rejected for
+        they raised the estimate within a second or two until the user was rejected for
         good (scripts/bench_echo_guard.py: a user 12 dB up, early in a reply)."""
         if accepted or play_rms < 0.01 or user_speaking:
             return

@@ -315,8 +315,8 @@ async def test_a_barge_in_across_a_pause_in_playback_is_not_lost(vad, assistant_
 
 async def test_the_users_own_syllables_do_not_lock_them_out(vad, assistant_voice):
     """Early in a reply the echo estimate rests on a few windows. The user's quieter
-    syllables, rejected, used to feed it: it rose past the user's level within half a
-    second and the user was never heard (a +6 dB user over a 0.5 echo)."""
+    syllables, rejected, used to feed it: it rose past the user's level within a second
+    or two and the user was never heard (a +6 dB user over a 0.5 echo)."""
     voice = assistant_voice.astype(np.float32) / 32768.0
     user = load_wav(SAMPLES / "06_learn_language.wav") * 2.0  # +6 dB
     starts = [0.0, 0.2, 0.3]
