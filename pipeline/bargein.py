@@ -59,6 +59,15 @@ def loudest_rms(audio: np.ndarray, rate: int) -> float:
     return float(np.sqrt(np.mean(np.square(frames), axis=1)).max())
 
 
+def level_before(audio: np.ndarray, rate: int, start: float, t: float,
+                 span_s: float) -> float:
+    """``loudest_rms`` of what ``audio``, played from ``start``, sent out in the ``span_s``
+    before ``t`` (0.0 once it is over by more than the span)."""
+    a = max(0, int((t - span_s - start) * rate))
+    b = min(audio.size, int((t - start) * rate))
+    return loudest_rms(audio[a:b], rate) if b > a else 0.0
+
+
 class BargeIn:
     def __init__(self, target: Interruptible, *, cut_prepared: bool = True) -> None:
         self.target = target
@@ -276,13 +285,8 @@ class PlaybackTap:
         return played
 
     def level(self, t: float) -> float:
-        loudest = 0.0
-        for start, audio, rate in self._played:
-            a = max(0, int((t - self.span_s - start) * rate))
-            b = min(audio.size, int((t - start) * rate))
-            if b > a:
-                loudest = max(loudest, loudest_rms(audio[a:b], rate))
-        return loudest
+        return max((level_before(audio, rate, start, t, self.span_s)
+                    for start, audio, rate in self._played), default=0.0)
 
     def stop(self) -> None:
         self.inner.stop()

@@ -56,6 +56,7 @@ from pipeline.bargein import (  # noqa: E402
     BargeIn,
     EchoGuard,
     SustainedSpeech,
+    level_before,
     loudest_rms,
 )
 from pipeline.events import EventName, EventRecorder  # noqa: E402
@@ -106,11 +107,10 @@ class KnownPlayback:
     """``PlaybackTap.level`` over a signal played from t = 0 on the microphone's clock."""
 
     def __init__(self, played: np.ndarray, span_s: float = 0.3) -> None:
-        self.played, self.span = played, int(span_s * SAMPLE_RATE)
+        self.played, self.span_s = played, span_s
 
     def level(self, t: float) -> float:
-        b = min(self.played.size, int(t * SAMPLE_RATE))
-        return loudest_rms(self.played[max(0, b - self.span):max(0, b)], SAMPLE_RATE)
+        return level_before(self.played, SAMPLE_RATE, 0.0, t, self.span_s)
 
 
 class Trigger:
