@@ -246,17 +246,17 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                              "barge_ins": sum(a is not None for a in alone), "early": 0,
                              "delay_p50_ms": None, "delay_p95_ms": None})
                 for db in args.levels:
-                    gain = 10 ** (db / 20)
+                    said = [user * 10 ** (db / 20) for user in users]
+                    onsets = [onset_s(user) for user in said]
                     delays, early = [], 0
                     for r, u, at in trials[gap]:
-                        user = users[u] * gain
-                        fired = await barge_in_at(vad, mix(replies[r], echo, user, float(at)),
-                                                  replies[r], version)
+                        fired = await barge_in_at(vad, mix(replies[r], echo, said[u],
+                                                           float(at)), replies[r], version)
                         done += 1
                         progress()
                         if fired is None:
                             continue
-                        delay = fired - at - onset_s(user)
+                        delay = fired - at - onsets[u]
                         if delay < 0:  # before the user said a word: the echo did it
                             early += 1
                         else:
