@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -41,6 +41,13 @@ _SILENT = (EventName.PLAYBACK_END, EventName.PLAYBACK_STOPPED, EventName.TURN_EN
 
 class Interruptible(Protocol):
     def interrupt(self, source: str = "user") -> bool: ...
+
+
+@runtime_checkable
+class HeardClock(Protocol):
+    """A sink that knows when its current ``play`` was first heard (``SoundDeviceSink``)."""
+
+    def heard_from(self) -> float | None: ...
 
 
 class PlaybackLevel(Protocol):
@@ -66,6 +73,23 @@ def level_before(audio: np.ndarray, rate: int, start: float, t: float,
     a = max(0, int((t - span_s - start) * rate))
     b = min(audio.size, int((t - start) * rate))
     return loudest_rms(audio[a:b], rate) if b > a else 0.0
+
+
+def played_during(audio: np.ndarray, rate: int, start: float, t0: float, t1: float,
+                  out_rate: int) -> np.ndarray:
+    """What ``audio``, played from ``start`` at ``rate``, sent out between ``t0`` and
+    ``t1``, at ``out_rate`` (linear interpolation; zeros outside it): the echo
+    canceller's far end (``pipeline.echo_cancel``)."""
+    n = max(0, round((t1 - t0) * out_rate))
+    pos = (t0 - start + np.arange(n) / out_rate) * rate
+    out = np.zeros(n, dtype=np.float32)
+    inside = (pos >= 0) & (pos < audio.size - 1)
+    if inside.any():
+        p = pos[inside]
+        i = p.astype(np.int64)
+        frac = (p - i).astype(np.float32)
+        out[inside] = audio[i] * (1 - frac) + audio[i + 1] * frac
+    return out
 
 
 class BargeIn:
@@ -148,9 +172,9 @@ class BargeIn:
                 required = detector.min_ms + (guard.extra_ms if guard and guarded else 0.0)
                 if detector.window(voiced and self.listening, WINDOW_MS, required):
                     log.info("barge-in: %.0f ms of speech (%s, guarded=%s, playback rms "
-                             "%.3f)", detector.voiced_ms,
+                             "%.3f, mic rms %.3f, echo estimate %.2f)", detector.voiced_ms,
                              "playing" if self.speaking else "before playback", guarded,
-                             play_rms)
+                             play_rms, rms, guard.coupling if guard is not None else 0.0)
                     barged_in = self.trigger("mic") or barged_in
             for ev in events:
                 if on_segment is not None:
@@ -228,6 +252,15 @@ class EchoGuard:
     def __post_init__(self) -> None:
         self._ratios: deque[float] = deque(maxlen=self.history)
 
+    @classmethod
+    def behind_canceller(cls) -> EchoGuard:
+        """The guard behind the echo canceller (``pipeline.echo_cancel``): the level test
+        alone, against the echo the canceller leaves (learned as always), with Silero's
+        usual 0.5 and no extra speech. The stricter threshold and the extra 200 ms are for
+        echo loud enough to pass the level test, which the canceller takes out
+        (scripts/bench_echo_guard.py, docs/talk.md)."""
+        return cls(threshold=0.5, extra_ms=0.0)
+
     def echo_rms(self, play_rms: float) -> float:
         return self.coupling * play_rms
 
@@ -268,6 +301,7 @@ class PlaybackTap:
         self.inner = inner
         self.span_s = span_s
         self._played: deque[tuple[float, np.ndarray, int]] = deque(maxlen=4)
+        self._stamped = True  # the newest entry is dated by the device's clock
 
     @property
     def sample_rate(self) -> int:
@@ -279,14 +313,41 @@ class PlaybackTap:
     async def play(self, samples: np.ndarray) -> int:
         entry = (time.monotonic(), samples.astype(np.float32) / 32768.0, self.sample_rate)
         self._played.append(entry)
+        self._stamped = False
         played = await self.inner.play(samples)
+        self._restamp()
+        start, audio, rate = self._played[-1]
         if played < samples.size:  # stopped: the rest was never heard
-            self._played[-1] = (entry[0], entry[1][:played], entry[2])
+            self._played[-1] = (start, audio[:played], rate)
         return played
 
+    def _restamp(self) -> None:
+        """Date the playing entry from when the device really played its first sample
+        (``HeardClock``), not from the ``play()`` call: 40-110 ms apart through PulseAudio,
+        and by a different amount for every sentence, which the echo canceller would have
+        to track."""
+        if self._stamped or not self._played or not isinstance(self.inner, HeardClock):
+            return
+        heard = self.inner.heard_from()
+        if heard is not None:
+            _, audio, rate = self._played[-1]
+            self._played[-1] = (heard, audio, rate)
+            self._stamped = True
+
     def level(self, t: float) -> float:
+        self._restamp()
         return max((level_before(audio, rate, start, t, self.span_s)
                     for start, audio, rate in self._played), default=0.0)
+
+    def played_between(self, t0: float, t1: float, rate: int) -> np.ndarray:
+        """What was played between ``t0`` and ``t1`` at ``rate`` (zeros where nothing
+        was): the far end of ``pipeline.echo_cancel``."""
+        self._restamp()
+        out = np.zeros(max(0, round((t1 - t0) * rate)), dtype=np.float32)
+        for start, audio, played_rate in self._played:
+            part = played_during(audio, played_rate, start, t0, t1, rate)
+            out[:part.size] += part
+        return out
 
     def stop(self) -> None:
         self.inner.stop()

@@ -160,6 +160,12 @@ class SoundDeviceSink:
                 await asyncio.wait({wake}, timeout=delay)
         return self._heard_by(wake.result()) if wake.done() else total
 
+    def heard_from(self) -> float | None:
+        """When the first sample of the current (or last) ``play`` reached the speaker, on
+        the DAC clock; None until the device has taken it."""
+        with self._lock:
+            return self._blocks[0][0] if self._blocks else None
+
     def _heard_by(self, moment: float) -> int:
         with self._lock:
             blocks = list(self._blocks)

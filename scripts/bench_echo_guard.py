@@ -11,7 +11,7 @@ the Silero segmenter, ``EchoGuard`` and ``BargeIn.watch``, with the playback lev
 from what was played on the microphone's clock (no real-time wait: the same audio gives
 the same decisions, so the conditions below are compared on identical input).
 
-Three versions of the guard, on the same audio in the same run:
+Versions of the guard, on the same audio in the same run:
 
 - ``before``: the barge-in fired only when the speech count *crossed* the requirement
   (300 ms, 500 ms while something plays), and the echo estimate learnt from every window
@@ -21,7 +21,15 @@ Three versions of the guard, on the same audio in the same run:
   rejected for good;
 - ``reached``: the barge-in fires once the count *meets* the requirement;
 - ``shipped``: that, and the echo estimate does not learn while an utterance the guard
-  let through goes on.
+  let through goes on;
+- ``cancelled``: the echo canceller first (``pipeline.echo_cancel``, talk's default), its
+  far end the reply as played, then the guard's level test alone
+  (``EchoGuard.behind_canceller``: Silero's usual 0.5, no extra 200 ms);
+- ``cancelled-strict``: the canceller, then the whole guard, as ``shipped``.
+
+The echo here is a delayed, scaled copy of the reply: a linear path, the easy case for a
+canceller (a real room adds reverberation and a loudspeaker's distortion, which leave more
+of the echo; the guard then learns that as the echo and asks for more again).
 
 And the echo alone (the user says nothing): any barge-in is the assistant interrupting
 itself.
@@ -43,7 +51,7 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +66,9 @@ from pipeline.bargein import (  # noqa: E402
     SustainedSpeech,
     level_before,
     loudest_rms,
+    played_during,
 )
+from pipeline.echo_cancel import EchoCanceller  # noqa: E402
 from pipeline.events import EventName, EventRecorder  # noqa: E402
 from pipeline.mic import MicBlock, SileroStream, UtteranceSegmenter  # noqa: E402
 
@@ -95,11 +105,13 @@ class LearnsAlways(EchoGuard):
         super().observe(rms, play_rms, accepted)
 
 
-# name: (barge-in detector, echo guard)
-VERSIONS: dict[str, tuple[type[SustainedSpeech], type[EchoGuard]]] = {
-    "before": (CrossingSpeech, LearnsAlways),
-    "reached": (SustainedSpeech, LearnsAlways),
-    "shipped": (SustainedSpeech, EchoGuard),
+# name: (barge-in detector, echo guard, echo cancelled first)
+VERSIONS: dict[str, tuple[type[SustainedSpeech], Callable[[], EchoGuard], bool]] = {
+    "before": (CrossingSpeech, LearnsAlways, False),
+    "reached": (SustainedSpeech, LearnsAlways, False),
+    "shipped": (SustainedSpeech, EchoGuard, False),
+    "cancelled": (SustainedSpeech, EchoGuard.behind_canceller, True),
+    "cancelled-strict": (SustainedSpeech, EchoGuard, True),
 }
 
 
@@ -111,6 +123,9 @@ class KnownPlayback:
 
     def level(self, t: float) -> float:
         return level_before(self.played, SAMPLE_RATE, 0.0, t, self.span_s)
+
+    def played_between(self, t0: float, t1: float, rate: int) -> np.ndarray:
+        return played_during(self.played, SAMPLE_RATE, 0.0, t0, t1, rate)
 
 
 class Trigger:
@@ -145,10 +160,12 @@ async def barge_in_at(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
             trigger.now = (i + BLOCK) / SAMPLE_RATE
             yield MicBlock(mic[i:i + BLOCK], trigger.now)
 
-    detector, guard = VERSIONS[version]
+    detector, guard, cancelled = VERSIONS[version]
     vad.reset()
-    await bargein.watch(blocks(), UtteranceSegmenter(vad), lambda u, p: None,
-                        detector=detector(300.0), tap=KnownPlayback(played), guard=guard())
+    tap = KnownPlayback(played)
+    mic_blocks = EchoCanceller(tap).cancel(blocks()) if cancelled else blocks()
+    await bargein.watch(mic_blocks, UtteranceSegmenter(vad), lambda u, p: None,
+                        detector=detector(300.0), tap=tap, guard=guard())
     return trigger.at
 
 
@@ -224,7 +241,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     trials = {gap: [(r, u, at) for r, reply in enumerate(replies) for u in range(len(users))
                     for at in np.arange(0.5, reply.size / SAMPLE_RATE - 1.0, args.step)]
               for gap, replies in per_gap.items()}
-    total = len(args.echo) * len(VERSIONS) * sum(
+    total = len(args.echo) * len(args.versions) * sum(
         len(per_gap[g]) + len(args.levels) * len(trials[g]) for g in args.gaps)
     done, started = 0, time.monotonic()
 
@@ -234,7 +251,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
     for gap, replies in per_gap.items():
         for echo in args.echo:
-            for version in VERSIONS:
+            for version in args.versions:
                 alone = []
                 for reply in replies:
                     alone.append(await barge_in_at(vad, mix(reply, echo, None, 0.0), reply,
@@ -301,6 +318,8 @@ def main() -> int:
                     help="extra silence between the reply's sentences, ms (default 0 500)")
     ap.add_argument("--levels", type=float, nargs="+", default=[6.0, 12.0],
                     help="the user's level in dB over the samples (default 6 12)")
+    ap.add_argument("--versions", nargs="+", choices=list(VERSIONS), default=list(VERSIONS),
+                    help="which versions to run, on the same audio (default all)")
     args = ap.parse_args()
     result = asyncio.run(run(args))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -23,9 +23,12 @@ from services import turn_options
 from services.errors import UserError
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterable
+
+    from pipeline.bargein import EchoGuard, PlaybackTap
     from pipeline.events import Event
     from pipeline.live import LiveTurn
-    from pipeline.mic import SegmentEvent, UtteranceEnd
+    from pipeline.mic import MicBlock, SegmentEvent, UtteranceEnd
     from services.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -41,12 +44,15 @@ def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
     turn_options.add_mode_option(p)
     turn_options.add_events_option(p)
     p.add_argument("--headphones", action="store_true",
-                   help="no echo guard: the microphone cannot hear the assistant, so any "
-                   "speech over it barges in (see docs/talk.md)")
+                   help="no echo canceller and no echo guard: the microphone cannot hear "
+                   "the assistant, so any speech over it barges in (see docs/talk.md)")
+    p.add_argument("--no-echo-cancel", dest="echo_cancel", action="store_false",
+                   help="open speakers without the echo canceller: the echo guard alone "
+                   "asks for Silero >= 0.8 and 200 ms more speech over the reply")
     turn_options.add_live_options(p)
     p.add_argument("--bargein-min-ms", type=int, default=300, metavar="MS",
                    help="speech over the assistant that interrupts it (default %(default)s; "
-                   "the echo guard adds 200 ms unless --headphones)")
+                   "the echo guard adds 200 ms with --no-echo-cancel)")
     p.add_argument("--save-history", type=Path, metavar="FILE",
                    help="write the conversation history as JSON when the talk ends")
     p.add_argument("--record", type=Path, metavar="DIR",
@@ -140,9 +146,30 @@ class Status:
             self.set("thinking")
 
 
+def echo_mode(args: argparse.Namespace) -> str:
+    if args.headphones:
+        return "headphones"
+    return "echo canceller" if args.echo_cancel else "echo guard only"
+
+
+def echo_path(mic: AsyncIterable[MicBlock], tap: PlaybackTap, args: argparse.Namespace,
+              ) -> tuple[AsyncIterable[MicBlock], EchoGuard]:
+    """The microphone as the rest of talk hears it, and the echo guard that goes with it:
+    the canceller first unless --headphones or --no-echo-cancel (docs/talk.md)."""
+    from pipeline.bargein import EchoGuard
+
+    if args.headphones:
+        return mic, EchoGuard(enabled=False)
+    if not args.echo_cancel:
+        return mic, EchoGuard()
+    from pipeline.echo_cancel import EchoCanceller
+
+    return EchoCanceller(tap).cancel(mic), EchoGuard.behind_canceller()
+
+
 async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
                 stopped: list[signal.Signals]) -> int:
-    from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
+    from pipeline.bargein import BargeIn, PlaybackTap, SustainedSpeech
     from pipeline.live import LiveTurnTaker
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
     from pipeline.speaker import SoundDeviceSink
@@ -207,13 +234,12 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
         await runner.prime()  # the system prompt in the slot before the first question
         await sink.open(assistant.tts.sample_rate)
         async with MicSource(device_arg(args.input_device)) as mic:
+            blocks, guard = echo_path(mic, sink, args)
             watcher = tasks.spawn("bargein", bargein.watch(
-                mic, segmenter, on_utterance, detector=SustainedSpeech(args.bargein_min_ms),
-                tap=sink, guard=EchoGuard(enabled=not args.headphones),
-                on_segment=on_segment))
+                blocks, segmenter, on_utterance, detector=SustainedSpeech(args.bargein_min_ms),
+                tap=sink, guard=guard, on_segment=on_segment))
             print(f"ready: listening on {mic_name!r}, speaking on {speaker_name!r} "
-                  f"({args.mode}{', headphones' if args.headphones else ''}); Ctrl-C ends",
-                  flush=True)
+                  f"({args.mode}, {echo_mode(args)}); Ctrl-C ends", flush=True)
             status.set("listening")
             await watcher  # until the device goes away (its error ends the talk) or Ctrl-C
     finally:
