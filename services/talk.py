@@ -162,9 +162,14 @@ def echo_path(mic: AsyncIterable[MicBlock], tap: PlaybackTap, args: argparse.Nam
         return mic, EchoGuard(enabled=False)
     if not args.echo_cancel:
         return mic, EchoGuard()
-    from pipeline.echo_cancel import EchoCanceller
+    try:
+        from pipeline.echo_cancel import EchoCanceller
 
-    return EchoCanceller(tap).cancel(mic), EchoGuard.behind_canceller()
+        canceller = EchoCanceller(tap)
+    except ImportError as e:
+        raise UserError(f"the echo canceller needs the livekit package ({e}): run "
+                        "scripts/setup, or talk with --no-echo-cancel") from None
+    return canceller.cancel(mic), EchoGuard.behind_canceller()
 
 
 async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
