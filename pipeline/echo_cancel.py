@@ -9,9 +9,11 @@ four).
 ``EchoCanceller`` runs WebRTC's audio processing module (AEC3, as shipped in the
 ``livekit`` package's native build: no network, no model) on every microphone block before
 anything else sees it. Its far end is what the speaker played over the same 20 ms
-(``FarEnd.played_between``, i.e. ``PlaybackTap`` in ``talk``); AEC3 estimates the delay
-between the two itself (measured here: the echo reaches the microphone's clock ~40-110 ms
-after the tap's stamp through PulseAudio), so no clock needs to be exact. The echo guard
+(``FarEnd.played_between``, i.e. ``PlaybackTap`` in ``talk``, which dates each sentence
+from when the device played its first sample). AEC3 estimates the delay between the far
+end and its echo itself, so no clock needs to be exact; what it needs is a far end that
+comes before the echo (a microphone block arrives after its echo was captured, so it
+does) and that is one continuous stream (``_span``). The echo guard
 still runs after it: it learns the echo that is *left* as the echo path, so it asks the
 user for less where the canceller works and for as much as before where it does not.
 
