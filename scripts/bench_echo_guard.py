@@ -39,9 +39,10 @@ and version, the barge-ins out of the trials, those that came before the user sa
 (the echo did it), and the delay from the user's first voiced block to the barge-in
 (p50/p95).
 
-Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 1.0]
-       (~12 minutes with the defaults on a 2-core host; the decisions do not depend on
-       the machine's speed, only the run time does)
+Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 1.0] [--versions ...]
+       (three versions with the default echoes, levels and gaps: ~12 minutes on a slow
+       2-core host, ~4 on a fast one; each version adds a third. The decisions do not
+       depend on the machine's speed, only the run time does)
 """
 
 from __future__ import annotations
