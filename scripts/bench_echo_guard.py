@@ -41,7 +41,7 @@ and version, the barge-ins out of the trials, those that came before the user sa
 
 Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 1.0] [--versions ...]
        (three versions with the default echoes, levels and gaps: ~12 minutes on a slow
-       2-core host, ~4 on a fast one; each version adds a third. The decisions do not
+       2-core host, ~6 on a fast one; each version adds a third. The decisions do not
        depend on the machine's speed, only the run time does)
 """
 
