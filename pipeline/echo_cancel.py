@@ -22,14 +22,17 @@ played it still delays the audio by ~8 ms (125 samples) and changes its waveform
 that Whisper heard one of the six sample questions differently ("What should I pack" ->
 "What sure nipack"). So the canceller always runs (it keeps adapting), but hands on the
 microphone's own samples unless something was played within ``ECHO_TAIL_S``: a question
-said to a quiet speaker reaches Silero and Whisper untouched, sample for sample.
+said to a quiet speaker reaches Silero and Whisper untouched, sample for sample. The same
+when the microphone does not hear the speaker at all (headphones without
+``--headphones``): see ``ECHO_HEARD``.
 
 It costs ~0.6 % of one core in real time (20 ms blocks, 16 kHz).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -44,6 +47,16 @@ ECHO_TAIL_S = 0.5
 # The far end follows the microphone's sample count; it is set again from the blocks'
 # arrival times only when the two are further apart than this.
 RESYNC_S = 0.1
+# Is there an echo at all? The median, over the last ~5 s of playback while the user was
+# not speaking, of the microphone's level over the loudest far end in the 300 ms before:
+# ~0.09-0.16 with open speakers at 0.25-0.5, the microphone's own noise (~0.01) with
+# headphones (bench_echo_guard's replies). With no echo to model, AEC3 takes the
+# user's voice over the reply for echo and removes it (the PulseAudio null sinks of
+# tests/test_talk_pulseaudio.py: a barge-in heard only in the reply's pauses), so the
+# microphone's own samples are handed on instead.
+ECHO_HEARD = 0.03
+_FAR_LOOKBACK = 15  # blocks: 300 ms
+_ECHO_EVIDENCE = 25  # playback blocks before the median is trusted (0.5 s); echo until then
 
 
 class FarEnd(Protocol):
@@ -51,6 +64,10 @@ class FarEnd(Protocol):
     nothing played)."""
 
     def played_between(self, t0: float, t1: float, rate: int) -> np.ndarray: ...
+
+
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
 
 
 def _to_pcm(samples: np.ndarray) -> bytes:
@@ -67,15 +84,34 @@ class EchoCanceller:
     it goes (within a second or two of the first reply).
     """
 
-    def __init__(self, far: FarEnd) -> None:
+    def __init__(self, far: FarEnd, *,
+                 user_speaking: Callable[[], bool] = lambda: False) -> None:
         from livekit import rtc  # the native WebRTC build; imported only when asked for
 
         self.far = far
+        # The user's voice is not evidence of an echo (the segmenter's in_speech in talk)
+        self.user_speaking = user_speaking
         self._rtc: Any = rtc
         self._apm: Any = rtc.AudioProcessingModule(echo_cancellation=True,
                                                    high_pass_filter=True)
         self._played_at = -np.inf  # the end of the last block whose far end was not silent
         self._cursor = -np.inf  # where the far end's next block starts
+        self._far_levels: deque[float] = deque(maxlen=_FAR_LOOKBACK)
+        self._ratios: deque[float] = deque(maxlen=250)  # mic / far level while playing
+
+    @property
+    def echo_heard(self) -> bool:
+        """Does the microphone hear the speaker? (True until half a second of playback
+        has told.)"""
+        if len(self._ratios) < _ECHO_EVIDENCE:
+            return True
+        return float(np.median(self._ratios)) >= ECHO_HEARD
+
+    def _listen_for_echo(self, mic: np.ndarray, far: np.ndarray) -> None:
+        self._far_levels.append(_rms(far))
+        level = max(self._far_levels)
+        if level > 0.02 and not self.user_speaking():
+            self._ratios.append(_rms(mic) / level)
 
     def process(self, block: MicBlock) -> MicBlock:
         mic = np.asarray(block.samples, dtype=np.float32).reshape(-1)
@@ -86,6 +122,7 @@ class EchoCanceller:
                                       SAMPLE_RATE)
         if far.any():
             self._played_at = block.t
+        self._listen_for_echo(mic, far)
         out = mic.copy()
         rtc = self._rtc
         for k in range(frames):
@@ -95,7 +132,7 @@ class EchoCanceller:
             near = rtc.AudioFrame(_to_pcm(mic[part]), SAMPLE_RATE, 1, FRAME)
             self._apm.process_stream(near)
             out[part] = np.frombuffer(bytes(near.data), dtype=np.int16) / 32768.0
-        if block.t - self._played_at > ECHO_TAIL_S:
+        if block.t - self._played_at > ECHO_TAIL_S or not self.echo_heard:
             return block  # nothing to hear but the user: their own samples
         return MicBlock(out, block.t)
 

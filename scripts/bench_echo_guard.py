@@ -164,8 +164,10 @@ async def barge_in_at(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
     detector, guard, cancelled = VERSIONS[version]
     vad.reset()
     tap = KnownPlayback(played)
-    mic_blocks = EchoCanceller(tap).cancel(blocks()) if cancelled else blocks()
-    await bargein.watch(mic_blocks, UtteranceSegmenter(vad), lambda u, p: None,
+    segmenter = UtteranceSegmenter(vad)
+    mic_blocks = (EchoCanceller(tap, user_speaking=lambda: segmenter.in_speech
+                                ).cancel(blocks()) if cancelled else blocks())
+    await bargein.watch(mic_blocks, segmenter, lambda u, p: None,
                         detector=detector(300.0), tap=tap, guard=guard())
     return trigger.at
 

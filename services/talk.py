@@ -23,7 +23,7 @@ from services import turn_options
 from services.errors import UserError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterable
+    from collections.abc import AsyncIterable, Callable
 
     from pipeline.bargein import EchoGuard, PlaybackTap
     from pipeline.events import Event
@@ -153,6 +153,7 @@ def echo_mode(args: argparse.Namespace) -> str:
 
 
 def echo_path(mic: AsyncIterable[MicBlock], tap: PlaybackTap, args: argparse.Namespace,
+              user_speaking: Callable[[], bool] = lambda: False,
               ) -> tuple[AsyncIterable[MicBlock], EchoGuard]:
     """The microphone as the rest of talk hears it, and the echo guard that goes with it:
     the canceller first unless --headphones or --no-echo-cancel (docs/talk.md)."""
@@ -165,7 +166,7 @@ def echo_path(mic: AsyncIterable[MicBlock], tap: PlaybackTap, args: argparse.Nam
     try:
         from pipeline.echo_cancel import EchoCanceller
 
-        canceller = EchoCanceller(tap)
+        canceller = EchoCanceller(tap, user_speaking=user_speaking)
     except ImportError as e:
         raise UserError(f"the echo canceller needs the livekit package ({e}): run "
                         "scripts/setup, or talk with --no-echo-cancel") from None
@@ -239,7 +240,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
         await runner.prime()  # the system prompt in the slot before the first question
         await sink.open(assistant.tts.sample_rate)
         async with MicSource(device_arg(args.input_device)) as mic:
-            blocks, guard = echo_path(mic, sink, args)
+            blocks, guard = echo_path(mic, sink, args, lambda: segmenter.in_speech)
             watcher = tasks.spawn("bargein", bargein.watch(
                 blocks, segmenter, on_utterance, detector=SustainedSpeech(args.bargein_min_ms),
                 tap=sink, guard=guard, on_segment=on_segment))

@@ -173,3 +173,41 @@ def test_the_tap_dates_a_sentence_from_when_the_device_played_it() -> None:
     device.first = 5.08  # the device took the first block; it is heard 80 ms later
     assert tap.played_between(5.0, 5.08, 16000).sum() == 0
     assert tap._played[-1][0] == 5.08
+
+
+def test_a_microphone_that_does_not_hear_the_speaker_is_handed_on_untouched(voice):
+    """Headphones without --headphones (or the tests' null sinks): with no echo to model,
+    AEC3 took the user's voice over the reply for echo and removed it, and a barge-in was
+    heard only in the reply's pauses (tests/test_talk_pulseaudio.py in CI)."""
+    user = load_wav(SAMPLES / "06_learn_language.wav")
+    mic = ECHO_GUARD.mix(voice, 0.0, user, 1.5)  # the user only, over the reply
+    speaking = [False]  # what the segmenter would say: the user, from 1.5 s on
+    canceller = EchoCanceller(ECHO_GUARD.KnownPlayback(voice),
+                              user_speaking=lambda: speaking[0])
+    out, heard = [], []
+    for i in range(0, mic.size - BLOCK + 1, BLOCK):
+        speaking[0] = 1.5 * SAMPLE_RATE <= i < 1.5 * SAMPLE_RATE + user.size
+        out.append(canceller.process(MicBlock(mic[i:i + BLOCK], (i + BLOCK) / SAMPLE_RATE)
+                                     ).samples)
+        heard.append(canceller.echo_heard)
+    told = heard.index(False)
+    assert told * BLOCK / SAMPLE_RATE < 1.5  # before the user speaks: it knows
+    assert not any(heard[told:])
+    assert np.array_equal(np.concatenate(out[told + 1:]),
+                          mic[(told + 1) * BLOCK:len(out) * BLOCK])
+
+
+def test_an_echo_is_heard(voice: np.ndarray) -> None:
+    canceller = EchoCanceller(ECHO_GUARD.KnownPlayback(voice))
+    mic = ECHO_GUARD.mix(voice, 0.5, None, 0.0)
+    for i in range(0, 2 * SAMPLE_RATE, BLOCK):
+        canceller.process(MicBlock(mic[i:i + BLOCK], (i + BLOCK) / SAMPLE_RATE))
+    assert canceller.echo_heard
+
+
+async def test_without_an_echo_the_user_barges_in_as_with_the_guard_alone(vad, voice):
+    user = load_wav(SAMPLES / "06_learn_language.wav")
+    for at in (1.0, 2.0):
+        mic = ECHO_GUARD.mix(voice, 0.0, user, at)
+        cancelled = await ECHO_GUARD.barge_in_at(vad, mic, voice, "cancelled")
+        assert cancelled is not None and cancelled - at < 1.0, (at, cancelled)
