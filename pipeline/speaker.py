@@ -131,6 +131,8 @@ class SoundDeviceSink:
         if self._stream is None:
             raise RuntimeError("SoundDeviceSink.play() before open()")
         if self._stopped or samples.size == 0:
+            with self._lock:
+                self._blocks = []  # heard_from() must not date this call by the last one
             return 0
         loop = asyncio.get_running_loop()
         consumed: asyncio.Future[float] = loop.create_future()

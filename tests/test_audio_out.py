@@ -201,11 +201,14 @@ async def main():
     sink.stop()
     part = await task
     stop_s = time.monotonic() - stopped_at
+    part_heard = sink.heard_from()
     after_stop = await sink.play(tone)
+    after_stop_heard = sink.heard_from()
     sink.resume()
     await sink.close()
     print(json.dumps(dict(n=tone.size, full=full, full_s=full_s, part=part, stop_s=stop_s,
-                          after_stop=after_stop)))
+                          after_stop=after_stop, part_heard=part_heard,
+                          after_stop_heard=after_stop_heard)))
 
 asyncio.run(main())
 """
@@ -257,6 +260,9 @@ def test_sound_device_sink_through_pulseaudio(pulse_null_sink: dict[str, str]) -
     assert 0 < result["part"] < 3 * result["n"]
     assert result["stop_s"] < 0.5
     assert result["after_stop"] == 0
+    # the cut play was dated by the device; the refused one is not dated by it
+    assert result["part_heard"] is not None
+    assert result["after_stop_heard"] is None
     tone_s = float((np.abs(heard) > 1000).sum()) / 22050
     assert tone_s > 0.4  # the tone reached the speaker's monitor
 
