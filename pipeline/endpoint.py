@@ -14,10 +14,13 @@ Rules, in order (the first that matches decides):
 1. empty or a filler only ("um", "uh") -> ``incomplete_ms``: nothing usable yet.
 2. the text ends with a comma, colon, dash, ellipsis or an opening bracket -> incomplete.
 3. the last word is a connective, article, preposition, quantifier or auxiliary ("and",
-   "the", "of", "to", "many", "is", "because"...), or a number (a figure still being read:
-   "twenty", "3") -> incomplete, whatever punctuation Whisper put after it: it writes "What
-   is the best way to?" for a fragment (measured, docs/live.md). "What are you thinking
-   of?" waits longer than it needs to; that costs latency, not a cut-off.
+   "the", "of", "to", "many", "is", "because"...) -> incomplete, whatever punctuation
+   Whisper put after it: it writes "What is the best way to?" for a fragment (measured,
+   docs/live.md). "What are you thinking of?" waits longer than it needs to; that costs
+   latency, not a cut-off. A number (a figure that may still be being read: "twenty",
+   "3") is incomplete too, unless ``numbers_can_end`` and it ends a question ("What is
+   seven times eight?") or a statement whose voice fell ("Set an alarm for 7." said
+   low); then the rules below decide.
 4. Whisper was unsure of the words (average log-probability below ``min_logprob``, when
    the caller knows it) -> ``default_ms``: misheard fragments come out as confident-looking
    sentences ("My thigh team mat."). Or it was unsure of the last word alone (its
@@ -99,6 +102,9 @@ class EndpointPolicy:
     # A statement counts as finished when its pitch ended this far under the speaker's
     # median (semitones; -1 to -3 gave the same result on the tune split).
     final_fall_st: float = -2.0
+    # Let a number end a finished question, or a statement said with a falling voice
+    # (measured on the corpus's numbers split, docs/live.md).
+    numbers_can_end: bool = False
 
     def decide(self, transcript: str, avg_logprob: float | None = None,
                prosody: ProsodyCue | None = None,
@@ -112,7 +118,8 @@ class EndpointPolicy:
         last = words[-1]
         if last in _CONTINUES:
             return EndpointDecision(self.incomplete_ms, EndpointReason.CONTINUING_WORD)
-        if last.isdigit() or last in _NUMBER_WORDS:
+        if (last.isdigit() or last in _NUMBER_WORDS) and not self._number_ends(
+                text, len(words), prosody):
             return EndpointDecision(self.incomplete_ms, EndpointReason.NUMBER)
         if avg_logprob is not None and avg_logprob < self.min_logprob:
             # Whisper was unsure of the words: its punctuation says even less.
@@ -129,6 +136,14 @@ class EndpointPolicy:
             reason = EndpointReason.SENTENCE if text.endswith(".") else EndpointReason.QUESTION
             return EndpointDecision(self.complete_ms, reason)
         return EndpointDecision(self.default_ms, EndpointReason.DEFAULT)
+
+    def _number_ends(self, text: str, words: int, prosody: ProsodyCue | None) -> bool:
+        if not self.numbers_can_end or words < self.min_words:
+            return False
+        if text.endswith("?"):
+            return True
+        return (text.endswith((".", "!")) and prosody is not None
+                and prosody.sounds_final(self.final_fall_st) is True)
 
     def wait_ms(self, transcript: str, avg_logprob: float | None = None,
                 prosody: ProsodyCue | None = None,

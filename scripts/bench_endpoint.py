@@ -10,8 +10,10 @@ bicycles?"), some said in one go. Every paused sentence is made twice:
 - ``ssml``: one utterance with an SSML ``<break time="..."/>`` at the pause, which keeps the
   continuation intonation a speaker holding the turn has.
 
-Two splits with different sentences and voices: ``tune`` (the 16 + 8 sentences the rules and
-thresholds were designed on) and ``test`` (48 + 24 held out; the figures to quote).
+Splits with different sentences and voices: ``tune`` (the 16 + 8 sentences the rules and
+thresholds were designed on), ``test`` (48 + 24 held out; the figures to quote), ``fresh``
+(32 + 16, written after the last-word cue) and ``numbers`` (16 + 16: pauses right after a
+number and requests that end on one, for the number rule).
 
 Each utterance runs through the real pieces of live turn-taking, block by block as a
 microphone delivers it: the Silero segmenter with 200 ms pause events, the real Whisper on
@@ -223,6 +225,43 @@ FRESH_COULD_END = frozenset({
     "How do I make my tomatoes", "Book me a taxi", "Where can I buy a new charger",
     "I am feeling a bit tired today,", "Send a message to my wife", "Can cats see",
 })
+# Numbers split (session 18): pauses right after a number, which may or may not be the
+# whole figure ("at seven | thirty"), and whole requests that end on one ("Set an alarm
+# for seven."): what the number rule (``numbers_can_end``) trades. Written before either
+# rule was run on it.
+NUMBER_PAUSED = [
+    ("Set a timer for fifteen", "minutes please."),
+    ("The meeting starts at seven", "thirty tomorrow."),
+    ("Turn the heating up to twenty", "one degrees."),
+    ("How much is three hundred", "dollars in euros?"),
+    ("My flight number is four", "two seven."),
+    ("Remind me in ten", "minutes to call Sam."),
+    ("What is twelve", "times eleven?"),
+    ("Wake me up at six", "fifteen."),
+    ("Is a hundred", "degrees too hot for tea?"),
+    ("Book a table for two", "at eight o'clock."),
+    ("Add five", "apples to my shopping list."),
+    ("How far is fifty", "miles in kilometres?"),
+    ("Call me back in twenty", "minutes."),
+    ("The code is nine", "eight one four."),
+    ("Play the top forty", "songs from last year."),
+    ("Set the volume to eight", "please."),
+]
+NUMBER_WHOLE = [
+    "Set an alarm for seven.", "What is seven times eight?", "Turn the volume down to three.",
+    "How much is ten plus twenty five?", "Count down from ten.",
+    "What is the square root of eighty one?", "Wake me up at half past six.",
+    "Book a table for four.", "Call me at nine.", "What is a hundred divided by four?",
+    "Change the thermostat to twenty one.", "Play track number five.",
+    "What is two to the power of ten?", "Set the oven to two hundred.",
+    "Can you count to twenty?", "Skip to chapter twelve.",
+]
+NUMBER_COULD_END = frozenset({
+    "Set a timer for fifteen", "The meeting starts at seven", "Turn the heating up to twenty",
+    "Remind me in ten", "Wake me up at six", "Book a table for two", "Call me back in twenty",
+    "The code is nine", "Play the top forty", "Set the volume to eight",
+})
+NUMBER_VOICES = ["en-us+m2", "en-gb+f2", "en-gb-scotland+m4", "en-us+f4"]
 FRESH_VOICES = ["en-gb-x-gbcwmd", "en-us-nyc", "en-us+m3", "en-gb+f4", "en-029+f2"]
 TUNE_VOICES = ["en-us", "en-gb", "en-us+f3", "en-gb+m3"]
 TEST_VOICES = ["en-gb-scotland", "en-029", "en-gb-x-rp", "en-us+f2", "en-us+m5",
@@ -257,7 +296,7 @@ def longest_gap_ms(audio: np.ndarray) -> float:
 @dataclass
 class Utterance:
     name: str
-    split: str  # "tune" or "test"
+    split: str  # "tune", "test", "fresh" or "numbers"
     variant: str  # "separate", "ssml" or "whole"
     text: str
     audio: np.ndarray
@@ -279,7 +318,9 @@ def make_corpus(workdir: Path) -> list[Utterance]:
 
     for split, paused, whole, voices in (("tune", TUNE_PAUSED, TUNE_WHOLE, TUNE_VOICES),
                                          ("test", TEST_PAUSED, TEST_WHOLE, TEST_VOICES),
-                                         ("fresh", FRESH_PAUSED, FRESH_WHOLE, FRESH_VOICES)):
+                                         ("fresh", FRESH_PAUSED, FRESH_WHOLE, FRESH_VOICES),
+                                         ("numbers", NUMBER_PAUSED, NUMBER_WHOLE,
+                                          NUMBER_VOICES)):
         for i, (a, b) in enumerate(paused):
             voice, pause = voices[i % len(voices)], PAUSES_MS[i % len(PAUSES_MS)]
             rate = RATES[i % len(RATES)]
@@ -447,6 +488,14 @@ def conditions() -> list[Condition]:
         out.append(Condition(f"--pause-ms {pause}, held until the reply is ready "
                              f"{PIPELINE_MS} ms after the pause", shipped,
                              ready_ms=PIPELINE_MS, pause_ms=pause))
+    # A number that ends a finished question or a falling statement ends the turn
+    # (numbers split, session 18).
+    numbers = replace(shipped, numbers_can_end=not shipped.numbers_can_end)
+    tag = "numbers can end" if numbers.numbers_can_end else "a number never ends"
+    out.append(Condition(f"{tag}, not held", numbers))
+    for ready in (COMPLETE_READY_MS, 450):
+        out.append(Condition(f"{tag}, held until the reply is ready {ready} ms after the "
+                             "pause", numbers, ready_ms=ready))
     return out
 
 
@@ -476,7 +525,7 @@ def waits(rs: list[dict[str, object]]) -> list[float]:
 
 def could_end(row: dict[str, object]) -> bool:
     """Could the words before the pause be a whole request by themselves?"""
-    return str(row["text"]).split(" | ")[0] in COULD_END | FRESH_COULD_END
+    return str(row["text"]).split(" | ")[0] in COULD_END | FRESH_COULD_END | NUMBER_COULD_END
 
 
 def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
@@ -507,6 +556,8 @@ HELD = re.compile(r"the default, held until the reply is ready (\d+) ms")
 NO_WORD = re.compile(r"no last-word cue, held until the reply is ready (\d+) ms")
 COMPLETE = re.compile(r"--complete-ms (\d+), held until the reply is ready (\d+) ms")
 PAUSE = re.compile(r"--pause-ms (\d+), held until the reply is ready (\d+) ms")
+NUMBERS = re.compile(r"(numbers can end|a number never ends), (?:not held|held until the "
+                     r"reply is ready (\d+) ms)")
 POLICY = re.compile(r"policy (\d+)/(\d+)/\d+, text( only| \+ confidence)"
                     r"(?: \+ pitch \((-?[\d.]+) st\))?")
 
@@ -524,6 +575,9 @@ def point(label: str, false_pct: float, wait_ms: float | None) -> EndpointPoint:
     elif m := PAUSE.match(label):
         tag = f"pause {m[1]}, ready {m[2]}"
         series = f"--pause-ms N, end held until the reply is ready {m[2]} ms after it"
+    elif m := NUMBERS.match(label):
+        tag = f"{'numbers end' if m[1] == 'numbers can end' else 'no number ends'}" + (
+            f", held {m[2]}" if m[2] else "")
     elif m := COMPLETE.match(label):
         tag = f"complete {m[1]}"
         series = f"--complete-ms N, end held until the reply is ready {m[2]} ms"
@@ -571,6 +625,9 @@ def write_report(out: Path, counts: dict[str, dict[str, int]],
         + (f"## Fresh split (held out from the last-word cue: written after it was chosen "
            f"on the test split's false endpoints; {len(FRESH_VOICES)} other voices)\n\n"
            f"{table(results, 'fresh')}\n\n" if counts.get("fresh") else "")
+        + (f"## Numbers split (pauses right after a number, whole requests ending on one; "
+           f"{len(NUMBER_VOICES)} other voices)\n\n"
+           f"{table(results, 'numbers')}\n\n" if counts.get("numbers") else "")
         + "false: paused utterances ended before their last word (separate: fragments said "
         "as two utterances; ssml: one utterance with a break). mid-sentence: every paused "
         "utterance but a whole request said as a finished sentence of its own (the separate "
@@ -608,7 +665,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_corpus(Path(tmp))
     counts = {s: {v: sum(u.split == s and u.variant == v for u in corpus)
-                  for v in ("separate", "ssml", "whole")} for s in ("tune", "test", "fresh")}
+                  for v in ("separate", "ssml", "whole")}
+              for s in ("tune", "test", "fresh", "numbers")}
     print(f"corpus: {counts}", flush=True)
     print("loading Whisper base ...", flush=True)
     asr = WhisperAsr(models.whisper_model_dir())

@@ -122,6 +122,26 @@ def test_a_question_is_left_to_the_text() -> None:
     assert POLICY.decide("Why is the sky blue?", -0.2, HELD).reason == EndpointReason.QUESTION
 
 
+def test_a_number_ends_a_turn_only_when_asked_to_and_the_question_or_voice_says_so() -> None:
+    never = POLICY
+    can = EndpointPolicy(complete_ms=250, default_ms=600, incomplete_ms=1100,
+                         numbers_can_end=True)
+    question = "Can you set an alarm for 7?"
+    assert never.decide(question, -0.2).reason == EndpointReason.NUMBER
+    assert can.decide(question, -0.2).reason == EndpointReason.QUESTION
+    statement = "Set an alarm for 7."
+    assert never.decide(statement, -0.2, FALLEN).reason == EndpointReason.NUMBER
+    assert can.decide(statement, -0.2, FALLEN).reason == EndpointReason.SENTENCE
+    # a figure still being read: the voice held, or too little of it, or no stop at all
+    assert can.decide(statement, -0.2, HELD).reason == EndpointReason.NUMBER
+    assert can.decide(statement, -0.2, TOO_SHORT).reason == EndpointReason.NUMBER
+    assert can.decide(statement, -0.2).reason == EndpointReason.NUMBER
+    assert can.decide("Set an alarm for seven", -0.2, FALLEN).reason == EndpointReason.NUMBER
+    # too few words for Whisper's "?" to mean much, and Whisper unsure: as for any question
+    assert can.decide("For 7?", -0.2).reason == EndpointReason.NUMBER
+    assert can.decide(question, -0.9).reason == EndpointReason.UNSURE
+
+
 def test_the_pitch_never_shortens_an_incomplete_text() -> None:
     assert POLICY.decide("Tell me about the", -0.2, FALLEN).reason \
         == EndpointReason.CONTINUING_WORD
