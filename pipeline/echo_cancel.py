@@ -48,22 +48,27 @@ ECHO_TAIL_S = 0.5
 # arrival times only when the two are further apart than this.
 RESYNC_S = 0.1
 # Is there an echo at all? The median, over the last ~5 s of playback while the user was
-# not speaking, of the microphone's level over the loudest far end in the 300 ms before:
+# not speaking, of the microphone's level over the loudest far end in the 300 ms before
+# (``FarEnd.level``, the echo guard's own measure):
 # ~0.09-0.16 with open speakers at 0.25-0.5, the microphone's own noise (~0.01) with
 # headphones (bench_echo_guard's replies). With no echo to model, AEC3 takes the
 # user's voice over the reply for echo and removes it (the PulseAudio null sinks of
 # tests/test_talk_pulseaudio.py: a barge-in heard only in the reply's pauses), so the
 # microphone's own samples are handed on instead.
 ECHO_HEARD = 0.03
-_FAR_LOOKBACK = 15  # blocks: 300 ms
 _ECHO_EVIDENCE = 25  # playback blocks before the median is trusted (0.5 s); echo until then
 
 
 class FarEnd(Protocol):
-    """What the speaker played between two moments, resampled to ``rate`` (zeros where
-    nothing played)."""
+    """What the speaker played (``PlaybackTap`` in the product)."""
 
-    def played_between(self, t0: float, t1: float, rate: int) -> np.ndarray: ...
+    def played_between(self, t0: float, t1: float, rate: int) -> np.ndarray:
+        """Between two moments, resampled to ``rate`` (zeros where nothing played)."""
+        ...
+
+    def level(self, t: float) -> float:
+        """The loudest 20 ms RMS in the 300 ms before ``t`` (the echo guard's measure)."""
+        ...
 
 
 def _rms(x: np.ndarray) -> float:
@@ -96,7 +101,6 @@ class EchoCanceller:
                                                    high_pass_filter=True)
         self._played_at = -np.inf  # the end of the last block whose far end was not silent
         self._cursor = -np.inf  # where the far end's next block starts
-        self._far_levels: deque[float] = deque(maxlen=_FAR_LOOKBACK)
         self._ratios: deque[float] = deque(maxlen=250)  # mic / far level while playing
 
     @property
@@ -107,9 +111,8 @@ class EchoCanceller:
             return True
         return float(np.median(self._ratios)) >= ECHO_HEARD
 
-    def _listen_for_echo(self, mic: np.ndarray, far: np.ndarray) -> None:
-        self._far_levels.append(_rms(far))
-        level = max(self._far_levels)
+    def _listen_for_echo(self, mic: np.ndarray, t: float) -> None:
+        level = self.far.level(t)
         if level > 0.02 and not self.user_speaking():
             self._ratios.append(_rms(mic) / level)
 
@@ -118,11 +121,11 @@ class EchoCanceller:
         frames = mic.size // FRAME
         if not frames:
             return block
-        far = self.far.played_between(*self._span(block.t, mic.size / SAMPLE_RATE),
-                                      SAMPLE_RATE)
+        span = self._span(block.t, mic.size / SAMPLE_RATE)
+        far = self.far.played_between(*span, SAMPLE_RATE)
         if far.any():
             self._played_at = block.t
-        self._listen_for_echo(mic, far)
+        self._listen_for_echo(mic, span[1])
         out = mic.copy()
         rtc = self._rtc
         for k in range(frames):

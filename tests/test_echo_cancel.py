@@ -137,6 +137,9 @@ class Recording:
         self.asked.append((t0, t1))
         return np.zeros(round((t1 - t0) * rate), np.float32)
 
+    def level(self, t: float) -> float:
+        return 0.0
+
 
 def test_the_far_end_stays_one_stream_when_blocks_arrive_together() -> None:
     """PortAudio often hands over two microphone blocks at once, with the same arrival
