@@ -102,8 +102,9 @@ class EndpointPolicy:
     # A statement counts as finished when its pitch ended this far under the speaker's
     # median (semitones; -1 to -3 gave the same result on the tune split).
     final_fall_st: float = -2.0
-    # Let a number end a finished question, or a statement said with a falling voice
-    # (measured on the corpus's numbers split, docs/live.md).
+    # Let a number end a finished question, or a statement said with a falling voice.
+    # Off: on the corpus's numbers split it saved ~190 ms on requests ending on a number
+    # and cut 3-4 of 32 paused ones ("What is 12?" ... "times eleven?"; docs/live.md).
     numbers_can_end: bool = False
 
     def decide(self, transcript: str, avg_logprob: float | None = None,
