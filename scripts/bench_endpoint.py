@@ -523,9 +523,14 @@ def waits(rs: list[dict[str, object]]) -> list[float]:
                   if r["endpoint_wait_ms"] is not None and not r["false_endpoint"])
 
 
+def first_part_could_end(first: str) -> bool:
+    """Could these words before the pause be a whole request by themselves?"""
+    return first in COULD_END | FRESH_COULD_END | NUMBER_COULD_END
+
+
 def could_end(row: dict[str, object]) -> bool:
     """Could the words before the pause be a whole request by themselves?"""
-    return str(row["text"]).split(" | ")[0] in COULD_END | FRESH_COULD_END | NUMBER_COULD_END
+    return first_part_could_end(str(row["text"]).split(" | ")[0])
 
 
 def table(results: dict[str, list[dict[str, object]]], split: str) -> str:

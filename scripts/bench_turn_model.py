@@ -147,7 +147,7 @@ def piper_rows(model: SmartTurn) -> list[dict[str, object]]:
                                  ("fresh", corpus_bench.FRESH_PAUSED,
                                   corpus_bench.FRESH_WHOLE)):
         for first, _rest in paused:
-            could = corpus_bench.could_end({"text": f"{first} | "})
+            could = corpus_bench.first_part_could_end(first)
             rows.append({"name": first, "split": split, "went_on": True,
                          "kind": f"piper joe: part 1 alone{' (could end)' if could else ''}",
                          "p": round(model.complete(say(first)), 4)})
