@@ -78,6 +78,11 @@ class EndpointDecision:
     wait_ms: int
     reason: EndpointReason
 
+    @property
+    def looks_finished(self) -> bool:
+        """The words make a whole question or sentence: the wait was ``complete_ms``."""
+        return self.reason in (EndpointReason.QUESTION, EndpointReason.SENTENCE)
+
 
 @dataclass(frozen=True)
 class EndpointPolicy:

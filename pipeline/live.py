@@ -51,10 +51,11 @@ from pipeline.mic import (
     SpeechStart,
     UtteranceEnd,
 )
+from pipeline.pauses import PauseHabit
 from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.rejoin import REJOIN_S, CutWords
 from pipeline.tasks import TaskSet
-from pipeline.turn import TurnResult, TurnRunner
+from pipeline.turn import Rejoined, TurnResult, TurnRunner
 from pipeline.warm import EngineWarmer
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ class LiveTurn:
 
 
 def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
-                   cue: ProsodyCue) -> EndpointDecision:
+                   cue: ProsodyCue, pauses: PauseHabit | None = None) -> EndpointDecision:
     """The policy on a speculative transcript (its words, Whisper's confidence in them and
     in the last word, the pitch at the pause), recorded in the running turn as
     ``speculation.endpoint``.
@@ -136,13 +137,18 @@ def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
     (``asr.end``'s ``text``): the confidence and the pitch are of this audio only, the
     last word and its punctuation are the same in the joined text, and a short
     continuation ("after lunch.") keeps the longer wait for few words, which suits a user
-    who has just shown they pause inside a request."""
+    who has just shown they pause inside a request.
+
+    ``pauses``: this user's own pauses after finished-looking words lengthen the wait
+    after them (``complete_ms``, recorded in the event; pipeline/pauses.py)."""
+    if pauses is not None:
+        policy = pauses.policy(policy)
     logprob, word = asr_end.data.get("avg_logprob"), asr_end.data.get("last_word_prob")
     decision = policy.decide(str(asr_end.data.get("text", "")),
                              float(logprob) if logprob is not None else None, cue,
                              float(word) if word is not None else None)
     runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms, reason=str(decision.reason),
-                pitch_fall_st=round(cue.fall_st, 1))
+                pitch_fall_st=round(cue.fall_st, 1), complete_ms=policy.complete_ms)
     return decision
 
 
@@ -169,6 +175,7 @@ class _Speculation:
     early: EarlyTranscript | None = None  # Whisper on these words, started at a gap
     turn: int | None = None  # its turn number, once it runs
     wait_ms: int | None = None  # the endpoint policy's silence for it, once judged
+    looks_finished: bool = False  # judged a whole question or sentence
     ready: bool = False  # its first audio is synthesized: it could be heard now
     requested: asyncio.Event = field(default_factory=asyncio.Event)  # its LLM request went
 
@@ -177,13 +184,20 @@ class LiveTurnTaker:
     def __init__(self, runner: TurnRunner, segmenter: EndSetter, *,
                  on_turn: Callable[[LiveTurn], None], speculate: bool = True,
                  policy: EndpointPolicy | None = None, keep_warm: bool = True,
-                 rejoin_s: float | None = REJOIN_S) -> None:
+                 rejoin_s: float | None = REJOIN_S,
+                 pauses: PauseHabit | None = None) -> None:
         self.runner, self.segmenter, self.on_turn = runner, segmenter, on_turn
         self.speculate = speculate
         # None: a cut turn's words are dropped with its reply, as before.
         self.cuts = CutWords(rejoin_s)  # the words of the last cut turn, not kept
         self._closing = False
         self.policy = policy or EndpointPolicy()
+        # This user's pauses after finished-looking words (pipeline/pauses.py); None: the
+        # policy's own wait always.
+        self.pauses = pauses
+        self._last_end_sample: int | None = None  # where the last utterance's voice ended
+        self._gap_before_ms: float | None = None  # silence before this utterance's voice
+        self._gap_learned = False  # told to ``pauses`` (once, when its words are carried)
         self.stats = SpeculationStats()
         self.tasks = TaskSet("live")
         self._spec: _Speculation | None = None
@@ -206,12 +220,33 @@ class LiveTurnTaker:
                 self.warmer.speaking()
             elif isinstance(ev, SpeechPause):
                 self.warmer.silent()
+        if isinstance(ev, SpeechStart):
+            self._voice_again(ev)
         if isinstance(ev, SpeechGap) and self.speculate and not self._turn_running():
             self._start_early(ev)
         elif isinstance(ev, SpeechPause) and self.speculate and not self._turn_running():
             self._start_speculation(ev)
         elif isinstance(ev, SpeechResumed) and self._spec is not None:
+            if self.pauses is not None and self._spec.looks_finished:
+                self.pauses.went_on(ev.pause_ms)  # a near miss: finished-looking, not done
             self._cancel_speculation(f"speech resumed after {ev.pause_ms:.0f} ms")
+
+    def _voice_again(self, start: SpeechStart) -> None:
+        """Remember the silence since the last utterance: if this one carries a cut turn's
+        words, that silence was a pause inside the request taken for its end."""
+        last = self._last_end_sample
+        self._gap_before_ms = (None if last is None
+                               else (start.sample - last) * 1000 / SAMPLE_RATE)
+        self._gap_learned = False
+
+    def _rejoined(self, began: float) -> Rejoined | None:
+        """``CutWords.rejoined``, and the pause before them told to ``pauses``."""
+        rejoined = self.cuts.rejoined(began)
+        if (rejoined is not None and self.pauses is not None and not self._gap_learned
+                and self._gap_before_ms is not None):
+            self._gap_learned = True
+            self.pauses.went_on(self._gap_before_ms)
+        return rejoined
 
     def _warm_now(self) -> bool:
         # Never next to a turn (its own engines are hot and it needs the cores), and only
@@ -222,6 +257,9 @@ class LiveTurnTaker:
     def on_utterance(self, utterance: UtteranceEnd) -> None:
         if self.warmer is not None:
             self.warmer.silent()
+        self._last_end_sample = utterance.end_sample
+        if self.pauses is not None:
+            self.pauses.utterance_ended()
         endpoint_ms = _silence_ms(utterance.detected_sample, utterance.end_sample)
         spec = self._spec
         if spec is not None and not spec.cancelled:
@@ -329,7 +367,7 @@ class LiveTurnTaker:
             spec.cue = self._pitch(pause)
         result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed,
                                        speech_end_ms=round(speech_end, 1), early=spec.early,
-                                       rejoined=self.cuts.rejoined(spec.began))
+                                       rejoined=self._rejoined(spec.began))
         if self._spec is spec and not spec.ready:
             self.segmenter.release_end()  # it ended with nothing to play: hold nothing
         if result.error is not None and not spec.confirmed.is_set():
@@ -385,7 +423,8 @@ class LiveTurnTaker:
             await asyncio.wait_for(spec.requested.wait(), _REQUEST_WAIT_S)
         if self._spec is not spec or spec.cancelled or spec.confirmed.is_set():
             return  # the user went on, or the utterance already ended
-        spec.wait_ms = judge_endpoint(self.policy, self.runner, ev, cue).wait_ms
+        decision = judge_endpoint(self.policy, self.runner, ev, cue, self.pauses)
+        spec.wait_ms, spec.looks_finished = decision.wait_ms, decision.looks_finished
         # Until the first sentence is synthesized nothing could be heard anyway, so the end
         # is not taken before then: a pause longer than the policy's wait but shorter than
         # the pipeline's time to first audio is still a pause, not a false endpoint.
@@ -410,7 +449,7 @@ class LiveTurnTaker:
         # part of this turn's first audio.
         result = await self.runner.run(utterance.audio, t0=t0,
                                        speech_end_ms=round(endpoint_ms, 1),
-                                       rejoined=self.cuts.rejoined(began))
+                                       rejoined=self._rejoined(began))
         self._finished(LiveTurn(result, endpoint_ms, endpoint_ms, speculative=False))
 
     def _chain(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

@@ -65,9 +65,12 @@ from pipeline.mic import (  # noqa: E402
     SegmenterConfig,
     SileroStream,
     SpeechPause,
+    SpeechResumed,
+    SpeechStart,
     UtteranceEnd,
     UtteranceSegmenter,
 )
+from pipeline.pauses import PauseHabit  # noqa: E402
 from pipeline.prosody import ProsodyCue, final_cue  # noqa: E402
 from services.endpoint_chart import EndpointPoint, draw  # noqa: E402
 
@@ -277,6 +280,7 @@ READY_MS = (300, 350, 450, 600, 750)
 COMPLETE_READY_MS = 350
 PIPELINE_MS = 420  # bench_live, session 11: t0 -> first audio p50 with speculation
 PAUSES_TRIED_MS = (128, 160, 200)
+LEARN_ORDERS = (1, 2, 3)
 
 
 def speak(text: str, voice: str, rate: int, workdir: Path, ssml: bool = False) -> np.ndarray:
@@ -302,6 +306,7 @@ class Utterance:
     audio: np.ndarray
     speech_end: int  # the real last voiced sample
     pause_ms: float | None  # the mid-sentence pause as made, None for "said in one go"
+    voice: str  # the espeak-ng voice: one speaker of the conversation conditions
 
 
 def make_corpus(workdir: Path) -> list[Utterance]:
@@ -309,12 +314,12 @@ def make_corpus(workdir: Path) -> list[Utterance]:
     out: list[Utterance] = []
 
     def add(name: str, split: str, variant: str, text: str, speech: np.ndarray,
-            pause: float | None) -> None:
+            pause: float | None, voice: str) -> None:
         audio = np.concatenate([np.zeros(int(LEAD_S * SAMPLE_RATE), np.float32), speech,
                                 np.zeros(int(TAIL_S * SAMPLE_RATE), np.float32)])
         audio = audio + (rng.standard_normal(audio.size) * 0.001).astype(np.float32)
         out.append(Utterance(name, split, variant, text, audio,
-                             int(LEAD_S * SAMPLE_RATE) + speech.size, pause))
+                             int(LEAD_S * SAMPLE_RATE) + speech.size, pause, voice))
 
     for split, paused, whole, voices in (("tune", TUNE_PAUSED, TUNE_WHOLE, TUNE_VOICES),
                                          ("test", TEST_PAUSED, TEST_WHOLE, TEST_VOICES),
@@ -327,15 +332,15 @@ def make_corpus(workdir: Path) -> list[Utterance]:
             first, second = speak(a, voice, rate, workdir), speak(b, voice, rate, workdir)
             gap = np.zeros(int(pause * SAMPLE_RATE / 1000), np.float32)
             add(f"{split}-p{i:02d}-separate", split, "separate", f"{a} | {b}",
-                np.concatenate([first, gap, second]), pause)
+                np.concatenate([first, gap, second]), pause, voice)
             joined = speak(f'<speak>{a} <break time="{pause}ms"/> {b}</speak>', voice, rate,
                            workdir, ssml=True)
             add(f"{split}-p{i:02d}-ssml", split, "ssml", f"{a} | {b}", joined,
-                round(longest_gap_ms(joined)))
+                round(longest_gap_ms(joined)), voice)
         for i, text in enumerate(whole):
             voice, rate = voices[i % len(voices)], RATES[i % len(RATES)]
             add(f"{split}-w{i:02d}", split, "whole", text, speak(text, voice, rate, workdir),
-                None)
+                None, voice)
     return out
 
 
@@ -377,10 +382,10 @@ class Listener:
 
     def __init__(self, asr: object) -> None:
         self.asr = asr
-        self.cache: dict[tuple[str, int], Heard] = {}
+        self.cache: dict[tuple[str, int, int], Heard] = {}
 
     def at(self, key: str, pause: SpeechPause) -> Heard:
-        k = (key, pause.end_sample)
+        k = (key, pause.start_sample, pause.end_sample)
         if k not in self.cache:
             heard = self.asr.recognize(pause.audio)  # type: ignore[attr-defined]
             voiced = pause.audio[:pause.end_sample - pause.start_sample]
@@ -399,18 +404,26 @@ class Condition:
     word: bool = True  # Whisper's probability of the last word
     ready_ms: int | None = None  # the end is held until the reply is ready (None: not held)
     pause_ms: int = 200  # the silence that starts the speculative turn (talk's --pause-ms)
+    # The policy learns each speaker's pauses (pipeline/pauses.py): the utterances run as
+    # one conversation per voice, in the order this seed shuffles them. None: each alone.
+    order: int | None = None
+    every_pause: bool = False  # it learns from every pause the user went on after
 
 
-def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
-            ) -> dict[str, object]:
+def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition,
+            habit: PauseHabit | None = None) -> dict[str, object]:
     seg = UtteranceSegmenter(vad, SegmenterConfig(end_silence_ms=c.end_ms,
                                                   pause_ms=c.pause_ms if c.policy else None))
     vad.start(u.name)
     block = SAMPLE_RATE // 50
     ends: list[UtteranceEnd] = []
+    ended = 0  # of them, told to the habit
+    margin = int(0.1 * SAMPLE_RATE)  # the segmenter's end may sit a window early
     judged: list[str] = []
     release_at: int | None = None  # where the held end's reply is ready (a stream sample)
     wait_ms = 0
+    looked_finished = False  # the words at the last pause made a whole sentence
+    taken: UtteranceEnd | None = None  # an end taken before the last word (a false one)
     for i in range(0, u.audio.size, block):
         if release_at is not None and seg.position >= release_at:
             # As LiveTurnTaker: release, and end at once if the wait has already passed.
@@ -421,7 +434,8 @@ def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
         for ev in seg.feed(u.audio[i:i + block]):
             if isinstance(ev, SpeechPause) and c.policy is not None:
                 h = listener.at(u.name, ev)
-                d = c.policy.decide(h.text, h.avg_logprob if c.confidence else None,
+                policy = c.policy if habit is None else habit.policy(c.policy)
+                d = policy.decide(h.text, h.avg_logprob if c.confidence else None,
                                     h.cue if c.prosody else None,
                                     h.last_word_prob if c.word else None)
                 word = "-" if h.last_word_prob is None else f"{h.last_word_prob:.2f}"
@@ -429,19 +443,51 @@ def run_one(u: Utterance, vad: ReplayedVad, listener: Listener, c: Condition
                               f"{h.cue.fall_st:+.1f} slope {h.cue.slope_st_s:+.1f} -> "
                               f"{d.reason} {d.wait_ms}")
                 held, wait_ms = c.ready_ms is not None, d.wait_ms
+                looked_finished = d.looks_finished
                 seg.end_after(d.wait_ms, held=held)
                 if held:
                     release_at = ev.detected_sample + c.ready_ms * SAMPLE_RATE // 1000  # type: ignore[operator]
             elif isinstance(ev, UtteranceEnd):
                 ends.append(ev)
+            elif isinstance(ev, SpeechResumed):
+                if habit is not None and (looked_finished or c.every_pause):
+                    habit.went_on(ev.pause_ms)  # a near miss: the user went on
+                looked_finished = False
+            elif isinstance(ev, SpeechStart) and habit is not None and taken is not None:
+                # The rest of the request cut the reply, and its words were carried over
+                # (LiveTurnTaker does the same when a cut turn's words are rejoined).
+                habit.went_on((ev.sample - taken.end_sample) * 1000 / SAMPLE_RATE)
+                taken = None
+        while habit is not None and len(ends) > ended:
+            habit.utterance_ended()
+            ended += 1
+            if ends[-1].end_sample < u.speech_end - margin:
+                taken = ends[-1]
     ends += [e for e in seg.flush() if isinstance(e, UtteranceEnd)]
-    margin = int(0.1 * SAMPLE_RATE)  # the segmenter's end may sit a window early
+    if habit is not None and len(ends) > ended:
+        habit.utterance_ended()
     false_end = any(e.end_sample < u.speech_end - margin for e in ends)
     final = ends[-1] if ends else None
     wait = None if final is None else (final.detected_sample - u.speech_end) * 1000 / SAMPLE_RATE
     return {"name": u.name, "split": u.split, "variant": u.variant, "text": u.text,
             "pause_ms": u.pause_ms, "false_endpoint": false_end,
             "endpoint_wait_ms": None if wait is None else round(wait, 1), "judged": judged}
+
+
+def run_condition(corpus: list[Utterance], vad: ReplayedVad, listener: Listener,
+                  c: Condition) -> list[dict[str, object]]:
+    """Every utterance under ``c``: each alone, or (``c.order``) as one conversation per
+    speaker, in a shuffled order, the policy learning the speaker's pauses as it goes."""
+    if c.order is None:
+        return [run_one(u, vad, listener, c) for u in corpus]
+    rng = np.random.default_rng(c.order)
+    rows: dict[str, dict[str, object]] = {}
+    for key in dict.fromkeys((u.split, u.voice) for u in corpus):
+        talk = [u for u in corpus if (u.split, u.voice) == key]
+        habit = PauseHabit()
+        for i in rng.permutation(len(talk)):
+            rows[talk[i].name] = run_one(talk[i], vad, listener, c, habit)
+    return [rows[u.name] for u in corpus]
 
 
 def conditions() -> list[Condition]:
@@ -496,6 +542,17 @@ def conditions() -> list[Condition]:
     for ready in (COMPLETE_READY_MS, 450):
         out.append(Condition(f"{tag}, held until the reply is ready {ready} ms after the "
                              "pause", numbers, ready_ms=ready))
+    # The policy learning each speaker's pauses (pipeline/pauses.py), three orders of the
+    # same conversations.
+    for ready in (COMPLETE_READY_MS, 450):
+        for order in LEARN_ORDERS:
+            out.append(Condition(f"learns the speaker's pauses (order {order}), held until "
+                                 f"the reply is ready {ready} ms after the pause", shipped,
+                                 ready_ms=ready, order=order))
+            out.append(Condition(f"learns the speaker's pauses from every pause (order "
+                                 f"{order}), held until the reply is ready {ready} ms after "
+                                 "the pause", shipped, ready_ms=ready, order=order,
+                                 every_pause=True))
     return out
 
 
@@ -563,6 +620,8 @@ COMPLETE = re.compile(r"--complete-ms (\d+), held until the reply is ready (\d+)
 PAUSE = re.compile(r"--pause-ms (\d+), held until the reply is ready (\d+) ms")
 NUMBERS = re.compile(r"(numbers can end|a number never ends), (?:not held|held until the "
                      r"reply is ready (\d+) ms)")
+LEARN = re.compile(r"learns the speaker's pauses \(order (\d+)\), held until the reply is "
+                   r"ready (\d+) ms")
 POLICY = re.compile(r"policy (\d+)/(\d+)/\d+, text( only| \+ confidence)"
                     r"(?: \+ pitch \((-?[\d.]+) st\))?")
 
@@ -583,6 +642,8 @@ def point(label: str, false_pct: float, wait_ms: float | None) -> EndpointPoint:
     elif m := NUMBERS.match(label):
         tag = f"{'numbers end' if m[1] == 'numbers can end' else 'no number ends'}" + (
             f", held {m[2]}" if m[2] else "")
+    elif m := LEARN.match(label):
+        tag = f"learns ({m[1]}), held {m[2]}"
     elif m := COMPLETE.match(label):
         tag = f"complete {m[1]}"
         series = f"--complete-ms N, end held until the reply is ready {m[2]} ms"
@@ -652,6 +713,9 @@ def main() -> int:
     ap.add_argument("--report-only", type=Path, metavar="DIR",
                     help="write endpoint.md and endpoint.png again from DIR/endpoint.json "
                     "(a finished run), run nothing")
+    ap.add_argument("--only", metavar="REGEX",
+                    help="run only the conditions whose label matches REGEX (e.g. 'learns|"
+                    "ready 350'; the report then has just those rows)")
     args = ap.parse_args()
     if args.report_only is not None:
         saved = args.report_only / "endpoint.json"
@@ -679,8 +743,10 @@ def main() -> int:
     vad, listener = ReplayedVad(), Listener(asr)
     results: dict[str, list[dict[str, object]]] = {}
     for c in conditions():
+        if args.only is not None and not re.search(args.only, c.label):
+            continue
         print(f"{c.label} ...", flush=True)
-        results[c.label] = [run_one(u, vad, listener, c) for u in corpus]
+        results[c.label] = run_condition(corpus, vad, listener, c)
 
     (args.out / "endpoint.json").write_text(json.dumps(
         {"corpus": counts, "results": results}, indent=2) + "\n")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pipeline.endpoint import EndpointPolicy
+from pipeline.pauses import PauseHabit
 from services import turn_options
 from services.errors import UserError
 
@@ -48,13 +49,15 @@ class LiveOptions:
     gap_ms: int | None = 96  # Whisper starts at this gap, before the pause (early_asr.py)
     complete_ms: int = EndpointPolicy.complete_ms  # the endpoint's wait after a whole sentence
     cut_prepared: bool = True  # voice cuts a reply still being prepared (pipeline/bargein.py)
+    learn_pauses: bool = True  # the user's pauses lengthen the wait (pipeline/pauses.py)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, speculate: bool | None = None) -> LiveOptions:
         return cls(speculate=args.speculate if speculate is None else speculate,
                    pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms,
                    keep_warm=args.keep_warm, gap_ms=args.gap_ms or None,
-                   complete_ms=args.complete_ms, cut_prepared=args.cut_prepared)
+                   complete_ms=args.complete_ms, cut_prepared=args.cut_prepared,
+                   learn_pauses=args.learn_pauses)
 
 
 class LiveConversation:
@@ -85,7 +88,8 @@ class LiveConversation:
         self._finished: asyncio.Queue[LiveTurn] = asyncio.Queue()
         self.taker = LiveTurnTaker(runner, self._segmenter, on_turn=self._finished.put_nowait,
                                    speculate=options.speculate, keep_warm=options.keep_warm,
-                                   policy=EndpointPolicy(complete_ms=options.complete_ms))
+                                   policy=EndpointPolicy(complete_ms=options.complete_ms),
+                                   pauses=PauseHabit() if options.learn_pauses else None)
         self._mic = RecordedMic()
         self._tasks = TaskSet("live-conversation")
         self._turns = 0

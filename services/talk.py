@@ -215,7 +215,8 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
             tasks.spawn("supervise", _supervise(supervisor, status))
 
     live = LiveTurnTaker(runner, segmenter, on_turn=on_turn, speculate=args.speculate,
-                         policy=turn_options.endpoint_policy(args), keep_warm=args.keep_warm)
+                         policy=turn_options.endpoint_policy(args), keep_warm=args.keep_warm,
+                         pauses=turn_options.pause_habit(args))
 
     recorder = None if args.record is None else UtteranceRecorder(args.record)
     if recorder is not None:  # every utterance, however its end was taken

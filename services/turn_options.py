@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.endpoint import EndpointPolicy
+from pipeline.pauses import PauseHabit
 from pipeline.turn import MODES, TurnConfig
 from services.assistant import DEFAULT_TTS_THREADS
 from services.engines import add_engine_options
@@ -233,6 +234,12 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
                    "(held-out mid-sentence pauses, the reply ready 350 ms after the pause: "
                    "15%% at 500, 4%% at 800, 0%% at 900), every finished question answered "
                    "later once the reply is ready sooner than the wait (docs/live.md)")
+    p.add_argument("--no-learn-pauses", dest="learn_pauses", action="store_false",
+                   help="always wait --complete-ms after a finished question or sentence. "
+                   "By default a user who went on after such a pause (or cut in on the "
+                   "reply with the rest of the request) gets that pause plus 150 ms, up to "
+                   "1000, for their next 8 utterances: held-out pauses taken for the end "
+                   "5 -> 2 of 96 and 9 -> 3-4 of 64 (docs/live.md)")
     p.add_argument("--no-cut-prepared", dest="cut_prepared", action="store_false",
                    help="your voice cuts the reply only once it plays, not while it is "
                    "being prepared after the end was taken (by default going on after a "
@@ -257,6 +264,11 @@ def check_live_options(args: argparse.Namespace) -> None:
 def endpoint_policy(args: argparse.Namespace) -> EndpointPolicy:
     """The endpoint policy for these options (``--complete-ms``)."""
     return EndpointPolicy(complete_ms=args.complete_ms)
+
+
+def pause_habit(args: argparse.Namespace) -> PauseHabit | None:
+    """This user's pauses, learned as they talk (``--no-learn-pauses``: None)."""
+    return PauseHabit() if args.learn_pauses else None
 
 
 def gap_ms(args: argparse.Namespace) -> int | None:

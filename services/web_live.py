@@ -50,6 +50,7 @@ import numpy as np
 from pipeline.endpoint import EndpointDecision, EndpointPolicy
 from pipeline.events import Event, EventName
 from pipeline.live import judge_endpoint
+from pipeline.pauses import PauseHabit
 from pipeline.prosody import ProsodyCue, final_cue
 from pipeline.tasks import TaskSet
 from services.web_gap import GapStart, PageGap
@@ -111,6 +112,7 @@ class Speculation:
     turn: int | None = None  # its turn number, from speculation.start
     cue: asyncio.Future[ProsodyCue] | None = None  # the pitch at the pause, in a thread
     gap: PageGap | None = None  # Whisper on these words, started at the gap before it
+    looks_finished: bool = False  # the endpoint judged its words a whole sentence
 
     @property
     def live(self) -> bool:
@@ -120,11 +122,13 @@ class Speculation:
 
 class PageSpeculator:
     def __init__(self, runner: TurnRunner, outbox: Outbox, *, enabled: bool = True,
-                 early_asr: bool = True, policy: EndpointPolicy | None = None) -> None:
+                 early_asr: bool = True, policy: EndpointPolicy | None = None,
+                 pauses: PauseHabit | None = None) -> None:
         self.runner, self.outbox = runner, outbox
         self.enabled = enabled
         self.early_asr = early_asr  # False: gaps are counted, Whisper waits for the pause
         self.policy = policy or EndpointPolicy()
+        self.pauses = pauses  # this user's pauses after finished-looking words (pauses.py)
         self.current: Speculation | None = None  # of the open utterance
         self.running: Speculation | None = None  # whose turn TurnRunner runs now
         self.gap: PageGap | None = None  # started in the open utterance's current silence
@@ -175,12 +179,15 @@ class PageSpeculator:
         utterance.started += 1
         return spec
 
-    def resume(self, reason: str) -> None:
-        """The voice came back (or the utterance was dropped): abandon the speculation."""
+    def resume(self, reason: str, silence_ms: float | None = None) -> None:
+        """The voice came back after ``silence_ms`` (or the utterance was dropped): abandon
+        the speculation."""
         self.gap = None
         spec, self.current = self.current, None
         if spec is None or not spec.live:
             return
+        if self.pauses is not None and spec.looks_finished and silence_ms is not None:
+            self.pauses.went_on(silence_ms)  # a near miss: finished-looking, not done
         log.info("speculation dropped: %s", reason)
         spec.cancelled = True
         spec.utterance.cancelled += 1
@@ -190,6 +197,8 @@ class PageSpeculator:
     def end(self, endpoint_ms: float) -> bool:
         """The page ended the utterance: True if its speculation is confirmed (no new
         turn); False when there is none to confirm (a fresh turn on the whole audio)."""
+        if self.pauses is not None:
+            self.pauses.utterance_ended()
         spec, self.current = self.current, None
         if spec is None or not spec.live:
             return False
@@ -271,8 +280,8 @@ class PageSpeculator:
         cue = await spec.cue
         if self.running is not spec or spec.cancelled or spec.confirmed.is_set():
             return  # the page already ended or resumed: nothing left to tell it
-        decision = judge_endpoint(self.policy, self.runner, asr_end, cue)
-        spec.utterance.decision = decision
+        decision = judge_endpoint(self.policy, self.runner, asr_end, cue, self.pauses)
+        spec.utterance.decision, spec.looks_finished = decision, decision.looks_finished
         self.outbox.json({"type": "endpoint", "input_id": spec.input_id, "pause": spec.pause,
                           "turn": asr_end.turn, "wait_ms": decision.wait_ms,
                           "reason": str(decision.reason),

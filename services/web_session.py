@@ -87,6 +87,7 @@ from pipeline.audio_in import SAMPLE_RATE, AudioFileError, load_wav
 from pipeline.bargein import BargeIn
 from pipeline.conversation import Conversation
 from pipeline.events import Event, EventName
+from pipeline.pauses import PauseHabit
 from pipeline.rejoin import CutWords
 from pipeline.tasks import TaskSet
 from pipeline.turn import join_transcripts
@@ -209,7 +210,7 @@ class BrowserSession:
         self.bargein = BargeIn(self.runner)
         self.runner.listeners.append(self.bargein.on_event)
         self.speculator = PageSpeculator(self.runner, self.outbox, enabled=speculate,
-                                         early_asr=early_asr)
+                                         early_asr=early_asr, pauses=PauseHabit())
         self.cuts = CutWords()  # the words of a turn the user's voice cut, not kept
         self._by_voice = False  # a barge-in by the user's voice is being triggered
         self.runner.listeners.append(self.speculator.on_event)
@@ -341,7 +342,7 @@ class BrowserSession:
     def on_audio_resume(self, msg: dict[str, Any]) -> None:
         utt = self.open_utterance(msg)
         silence = self.silence_ms(msg, "audio.resume", "silence_ms", utt.input_id)
-        self.speculator.resume(f"speech resumed after {silence:.0f} ms")
+        self.speculator.resume(f"speech resumed after {silence:.0f} ms", silence)
 
     def open_utterance(self, msg: dict[str, Any]) -> Utterance:
         if self.utterance is None:

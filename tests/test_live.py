@@ -17,6 +17,7 @@ from test_turn import SENTENCES, FakeAsr, FakeTts, make_runner, tokens
 from pipeline.live import LiveTurn, LiveTurnTaker
 from pipeline.llm_client import LlmClient
 from pipeline.mic import SpeechGap, SpeechPause, SpeechResumed, UtteranceEnd
+from pipeline.pauses import PauseHabit
 
 RATE = 16000
 
@@ -161,6 +162,28 @@ async def test_speech_resuming_cancels_then_the_longer_utterance_speculates_agai
     history = runner.conversation.history
     assert len(history) == 2 and history[0]["content"].endswith("bicycles.")
     assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("learn", [True, False])
+async def test_going_on_after_a_finished_looking_pause_lengthens_the_next_wait(llm, learn) -> None:
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Call my sister.")
+    seg, turns, live = taker(runner, pauses=PauseHabit(margin_ms=150) if learn else None)
+    live.on_segment(pause(1.0))
+    await until(lambda: seg.ends)
+    assert seg.ends == [500]  # a whole request: the short wait...
+    live.on_segment(SpeechResumed(RATE, 700.0))  # ...but the user went on after 700 ms
+
+    runner.asr = FakeAsr("Call my sister after lunch.")
+    live.on_segment(pause(2.5))
+    await until(lambda: len(seg.ends) == 3)
+    assert seg.ends[-1] == (850 if learn else 500)  # that pause and a margin, this time
+    live.on_utterance(end(2.5))
+    await until(lambda: turns)
+    await live.close()
+    ev = next(e for e in turns[0].result.events if e.name == "speculation.endpoint")
+    assert ev.data["complete_ms"] == seg.ends[-1]
 
 
 async def test_without_speculation_a_turn_starts_at_the_end(llm) -> None:

@@ -17,7 +17,8 @@ from test_turn import FakeAsr, FakeTts, make_runner
 
 from pipeline.events import Event, EventName
 from pipeline.live import LiveTurn
-from pipeline.mic import SpeechResumed
+from pipeline.mic import SpeechResumed, SpeechStart
+from pipeline.pauses import PauseHabit
 from pipeline.turn import TurnResult, TurnRunner, join_transcripts
 
 
@@ -127,6 +128,23 @@ async def test_a_speculative_turn_carries_them_and_cuts_chain(llm) -> None:  # n
     assert sent_user(fake) == "Call my sister. After lunch. Around two."
     assert asr_end(third).data["rejoined"]["turn"] == second.result.turn
     assert runner.conversation.history[0]["content"] == "Call my sister. After lunch. Around two."
+
+
+async def test_the_pause_before_carried_words_lengthens_the_wait(llm) -> None:  # noqa: F811
+    fake, client = llm
+    runner = await runner_for(fake, client)
+    habit = PauseHabit(margin_ms=150)
+    seg, turns, live = taker(runner, pauses=habit)
+    await cut_turn(runner, live, turns, "Call my sister.")  # its voice ended at 1.0 s
+    live.on_segment(SpeechStart(int(1.7 * RATE)))  # the rest of the request, 700 ms later
+    runner.asr = FakeAsr("After lunch today.")
+    live.on_segment(pause(1.0))  # its turn carries the cut words: that was a pause
+    await until(lambda: seg.ends)
+    assert habit.longest_ms == 700 and seg.ends[-1] == 850
+    live.on_utterance(end(1.0))
+    await until(lambda: len(turns) == 2)
+    await live.close()
+    assert sent_user(fake) == "Call my sister. After lunch today."
 
 
 async def test_a_cut_reply_that_was_kept_passes_nothing_on(llm) -> None:  # noqa: F811

@@ -692,6 +692,28 @@ async def test_ws_speech_resuming_abandons_and_the_next_pause_speculates_again(
     assert 'voice_llm_speculations_total{outcome="confirmed"} 1.0' in scraped
 
 
+async def test_ws_going_on_after_a_finished_looking_pause_lengthens_the_next_wait(
+        web_app: Web) -> None:
+    ws = await open_ws(web_app)
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    got = await receive_until(ws, is_endpoint)
+    assert got.of("endpoint")[0]["wait_ms"] == 500  # a question: the short wait...
+    await ws.send_json({"type": "audio.resume", "pause": 1, "silence_ms": 700})  # ...not done
+    got = await receive_until(ws, is_result, into=got)
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 2, "silence_ms": 200})
+    got = await receive_until(ws, lambda m: is_endpoint(m) and m["pause"] == 2, into=got)
+    second = got.of("endpoint")[-1]
+    assert (second["wait_ms"], second["reason"]) == (850, "question")  # 700 + the margin
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": 850})
+    got = await receive_until(ws, lambda m: is_result(m) and not m["abandoned"], into=got)
+    endpoint = [m["event"] for m in got.messages if event_named("speculation.endpoint")(m)]
+    assert [e["complete_ms"] for e in endpoint] == [500, 850]
+    await ws.close()
+
+
 async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio(
         web_app: Web) -> None:
     ws = await open_ws(web_app)
