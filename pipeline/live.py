@@ -141,6 +141,7 @@ def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
 
     ``pauses``: this user's own pauses after finished-looking words lengthen the wait
     after them (``complete_ms``, recorded in the event; pipeline/pauses.py)."""
+    base = policy.complete_ms
     if pauses is not None:
         policy = pauses.policy(policy)
     logprob, word = asr_end.data.get("avg_logprob"), asr_end.data.get("last_word_prob")
@@ -148,7 +149,8 @@ def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
                              float(logprob) if logprob is not None else None, cue,
                              float(word) if word is not None else None)
     runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms, reason=str(decision.reason),
-                pitch_fall_st=round(cue.fall_st, 1), complete_ms=policy.complete_ms)
+                pitch_fall_st=round(cue.fall_st, 1), complete_ms=policy.complete_ms,
+                learned=policy.complete_ms != base)
     return decision
 
 

@@ -47,6 +47,19 @@ def rejoined_note(events: Sequence[Event]) -> str:
     return "" if rejoined is None else f"  [with turn {rejoined['turn']}'s words, cut off]"
 
 
+def endpoint_note(events: Sequence[Event]) -> str:
+    """"endpoint policy 950 ms (sentence, from your pauses)": the last endpoint decision of
+    a speculative turn (``speculation.endpoint``); "" for a turn without one."""
+    decided = [e for e in events if e.name == EventName.ENDPOINT]
+    if not decided:
+        return ""
+    d = decided[-1].data
+    why = str(d.get("reason", "")).replace("_", " ")
+    if d.get("learned") and d.get("reason") in ("question", "sentence"):
+        why += ", from your pauses"  # pipeline/pauses.py raised the wait
+    return f"endpoint policy {d.get('wait_ms')} ms ({why})"
+
+
 def assistant_said(result: TurnResult) -> str:
     """What the user heard of the reply, for the ``assistant:`` line: the reply, what was
     played of a cut one, or that it was cut before a word of it was played (the user went
@@ -101,6 +114,8 @@ def render(events: Sequence[Event], metrics: TurnMetrics, width: int = 60) -> li
         lines.append(f"  {stage:<8} {''.join(cells)} {total:6.0f} ms")
     lines.append(f"  {'':<8} 0 s{'':{width - 9}}{end:5.2f} s")
     lines.append("  " + summary_line(metrics))
+    if note := endpoint_note(events):
+        lines.append(f"  {note}")
     return lines
 
 

@@ -183,7 +183,7 @@ async def test_going_on_after_a_finished_looking_pause_lengthens_the_next_wait(l
     await until(lambda: turns)
     await live.close()
     ev = next(e for e in turns[0].result.events if e.name == "speculation.endpoint")
-    assert ev.data["complete_ms"] == seg.ends[-1]
+    assert ev.data["complete_ms"] == seg.ends[-1] and ev.data["learned"] is learn
 
 
 async def test_without_speculation_a_turn_starts_at_the_end(llm) -> None:

@@ -31,3 +31,19 @@ def test_a_mended_whisper_loop_shows_beside_the_asr_time() -> None:
 
 def test_an_uninterrupted_turn_has_no_barge_in_part() -> None:
     assert "barge-in" not in summary_line(TurnMetrics("streamed", asr_ms=400, ttft_ms=200))
+
+
+def test_the_endpoint_note_names_the_last_decision_and_a_learned_wait() -> None:
+    from pipeline.events import Event, EventName
+    from services.timeline import endpoint_note
+
+    def decided(**data: object) -> Event:
+        return Event(1, 0.1, EventName.ENDPOINT, dict(data))
+
+    assert endpoint_note([]) == ""
+    first = decided(wait_ms=1100, reason="continuing_word", complete_ms=500, learned=False)
+    last = decided(wait_ms=950, reason="sentence", complete_ms=950, learned=True)
+    assert endpoint_note([first, last]) == "endpoint policy 950 ms (sentence, from your pauses)"
+    # A learned wait that did not decide (the words were unsure) is not claimed.
+    unsure = decided(wait_ms=1000, reason="asr_unsure", complete_ms=950, learned=True)
+    assert endpoint_note([unsure]) == "endpoint policy 1000 ms (asr unsure)"

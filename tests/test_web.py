@@ -710,7 +710,7 @@ async def test_ws_going_on_after_a_finished_looking_pause_lengthens_the_next_wai
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 850})
     got = await receive_until(ws, lambda m: is_result(m) and not m["abandoned"], into=got)
     endpoint = [m["event"] for m in got.messages if event_named("speculation.endpoint")(m)]
-    assert [e["complete_ms"] for e in endpoint] == [500, 850]
+    assert [(e["complete_ms"], e["learned"]) for e in endpoint] == [(500, False), (850, True)]
     await ws.close()
 
 
