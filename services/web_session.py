@@ -163,6 +163,7 @@ class Utterance:
     pcm: bytearray = field(default_factory=bytearray)
     overflowed: bool = False
     speculation: UtteranceSpeculation = field(default_factory=UtteranceSpeculation)
+    gap_before_ms: float | None = None  # silence since the last utterance's voice ended
 
 
 @dataclass
@@ -178,6 +179,7 @@ class TurnInput:
     speculation: Speculation | None = None  # a speculative turn, started at a pause
     utterance: UtteranceSpeculation | None = None  # hands-free audio: what speculation did
     began: float | None = None  # a streamed utterance: when its voice began (else None)
+    gap_before_ms: float | None = None  # ... and the silence before it (Utterance's)
 
 
 class BrowserSession:
@@ -217,6 +219,10 @@ class BrowserSession:
         self.inputs: asyncio.Queue[TurnInput] = asyncio.Queue()
         self.waiting = 0  # inputs queued that are not speculations
         self.utterance: Utterance | None = None
+        # When the last utterance's voice ended (its audio.end less its trailing silence),
+        # and the utterance whose gap before it PauseHabit was told (once per utterance).
+        self._voice_ended: float | None = None
+        self._gap_learned: float | None = None
         self.input_id: str | None = None  # of the turn running now
         self.tasks = TaskSet(f"session-{session_id}")
 
@@ -301,7 +307,18 @@ class BrowserSession:
                                 f"not {rate!r}")
         limit = int(self.limits.max_utterance_s * rate) * 2
         self.speculator.resume("a new utterance began")  # the last one never ended
-        self.utterance = Utterance(rate, limit, input_id(msg))
+        self.utterance = utt = Utterance(rate, limit, input_id(msg))
+        if self._voice_ended is not None:
+            utt.gap_before_ms = (utt.began - self._voice_ended) * 1000
+
+    def _learn_gap(self, turn_input: TurnInput) -> None:
+        """This utterance carries a cut turn's words: the silence before its voice was a
+        pause inside the request, taken for its end (pipeline/pauses.py)."""
+        pauses = self.speculator.pauses
+        if (pauses is not None and turn_input.gap_before_ms is not None
+                and self._gap_learned != turn_input.began):
+            self._gap_learned = turn_input.began
+            pauses.went_on(turn_input.gap_before_ms)
 
     def free(self) -> bool:
         """No other turn runs or waits: one that does is answered first (an abandoned
@@ -337,7 +354,8 @@ class BrowserSession:
                                              sample_rate=utt.sample_rate,
                                              input_id=utt.input_id, speech_end_ms=silence,
                                              speculation=spec, utterance=utt.speculation,
-                                             began=utt.began))
+                                             began=utt.began,
+                                             gap_before_ms=utt.gap_before_ms))
 
     def on_audio_resume(self, msg: dict[str, Any]) -> None:
         utt = self.open_utterance(msg)
@@ -375,6 +393,7 @@ class BrowserSession:
         except ProtocolError:
             self.speculator.resume("utterance dropped")
             raise
+        self._voice_ended = t0 - trailing / 1000
         # The speculation started at the last pause is this utterance (its audio since is
         # the page's silence): it plays now. Otherwise a turn on the whole utterance.
         if self.speculator.end(trailing):
@@ -383,7 +402,7 @@ class BrowserSession:
                               input_id=utt.input_id,
                               # 0: push-to-talk, the release is the end (no wait to show)
                               speech_end_ms=trailing or None, utterance=utt.speculation,
-                              began=utt.began))
+                              began=utt.began, gap_before_ms=utt.gap_before_ms))
 
     def on_audio_cancel(self, msg: dict[str, Any]) -> None:
         self.speculator.resume("utterance cancelled")
@@ -521,6 +540,8 @@ class BrowserSession:
         # too); typed and WAV turns take none (and, once over, clear them).
         rejoined = (self.cuts.rejoined(turn_input.began) if turn_input.began is not None
                     else None)
+        if rejoined is not None:
+            self._learn_gap(turn_input)
         if self.pool is None:
             return await self.runner.run(audio, text=turn_input.text, t0=turn_input.t0,
                                          speech_end_ms=turn_input.speech_end_ms,

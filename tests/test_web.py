@@ -1055,6 +1055,16 @@ async def test_ws_words_cut_unheard_go_before_the_next_utterance(web_app: Web) -
     got = await receive_until(ws, is_result)
     assert got.of("turn.result")[0]["rejoined"] is None
     assert user_messages(web_app) == ["Call my sister. After lunch.", "and then?"]
+    # The silence before the words that went on (at least the first one's 700 ms trailing
+    # silence) was a pause inside the request: this user's wait after a question grows.
+    web_app.asr.text = "What time is it there?"
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c3"})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    endpoint = (await receive_until(ws, is_endpoint)).of("endpoint")[0]
+    assert endpoint["reason"] == "question" and endpoint["wait_ms"] >= 850
+    await ws.send_json({"type": "audio.end", "trailing_silence_ms": endpoint["wait_ms"]})
+    await receive_until(ws, is_result)
     await ws.close()
 
 
