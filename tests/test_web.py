@@ -692,13 +692,19 @@ async def test_ws_speech_resuming_abandons_and_the_next_pause_speculates_again(
     assert 'voice_llm_speculations_total{outcome="confirmed"} 1.0' in scraped
 
 
+async def paused_once(ws: aiohttp.ClientWebSocketResponse, given: str) -> Received:
+    """A streamed utterance, half a question and its first pause: the messages up to the
+    endpoint the server sends back for it."""
+    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": given})
+    await send_pcm(ws, HALF + SILENCE)
+    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
+    return await receive_until(ws, is_endpoint)
+
+
 async def test_ws_going_on_after_a_finished_looking_pause_lengthens_the_next_wait(
         web_app: Web) -> None:
     ws = await open_ws(web_app)
-    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
-    await send_pcm(ws, HALF + SILENCE)
-    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
-    got = await receive_until(ws, is_endpoint)
+    got = await paused_once(ws, "c1")
     assert got.of("endpoint")[0]["wait_ms"] == 500  # a question: the short wait...
     await ws.send_json({"type": "audio.resume", "pause": 1, "silence_ms": 700})  # ...not done
     got = await receive_until(ws, is_result, into=got)
@@ -717,10 +723,7 @@ async def test_ws_going_on_after_a_finished_looking_pause_lengthens_the_next_wai
 async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio(
         web_app: Web) -> None:
     ws = await open_ws(web_app)
-    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c1"})
-    await send_pcm(ws, HALF + SILENCE)
-    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
-    got = await receive_until(ws, is_endpoint)
+    got = await paused_once(ws, "c1")
     await ws.send_json({"type": "audio.resume", "pause": 1, "silence_ms": 250})
     await send_pcm(ws, HALF)
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 150})  # no pause since
@@ -1058,10 +1061,7 @@ async def test_ws_words_cut_unheard_go_before_the_next_utterance(web_app: Web) -
     # The silence before the words that went on (at least the first one's 700 ms trailing
     # silence) was a pause inside the request: this user's wait after a question grows.
     web_app.asr.text = "What time is it there?"
-    await ws.send_json({"type": "audio.begin", "sample_rate": 16000, "input_id": "c3"})
-    await send_pcm(ws, HALF + SILENCE)
-    await ws.send_json({"type": "audio.pause", "pause": 1, "silence_ms": 200})
-    endpoint = (await receive_until(ws, is_endpoint)).of("endpoint")[0]
+    endpoint = (await paused_once(ws, "c3")).of("endpoint")[0]
     assert endpoint["reason"] == "question" and endpoint["wait_ms"] >= 850
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": endpoint["wait_ms"]})
     await receive_until(ws, is_result)
