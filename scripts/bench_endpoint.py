@@ -665,8 +665,11 @@ def point(label: str, false_pct: float, wait_ms: float | None) -> EndpointPoint:
         tag = f"{'numbers end' if m[1] == 'numbers can end' else 'no number ends'}" + (
             f", held {m[2]}" if m[2] else "")
     elif m := LEARN.match(label):
-        tag = f"learns, held {m[4]}"
-        series = "learns the speaker's pauses (order 1), end held until the reply is ready N ms"
+        every = " every" if m[2] else ""
+        tag = f"learns{every} o{m[3]}, held {m[4]}" + (f", c{m[1]}" if m[1] else "")
+        if m[3] == "1" and not every and not m[1]:
+            series = ("learns the speaker's pauses (order 1), end held until the reply is "
+                      "ready N ms")
     elif m := COMPLETE.match(label):
         tag = f"complete {m[1]}" + ("" if int(m[2]) == COMPLETE_READY_MS else f", held {m[2]}")
         if int(m[2]) == COMPLETE_READY_MS:

@@ -80,7 +80,9 @@ def test_every_condition_gets_a_short_tag_and_its_series() -> None:
     assert len(set(tags)) == len(tags), tags  # no two conditions look alike on the picture
     assert all(len(t) <= 30 for t in tags), tags
     held = [p for p in points if p.series is not None and p.tag.startswith("held ")]
-    complete = [p for p in points if p.tag.startswith("complete ")]
+    complete = [p for p in points if p.tag.startswith("complete ") and p.series]
+    learns = [p for p in points if p.tag.startswith("learns ") and p.series]
+    assert [p.tag for p in learns] == [f"learns o1, held {ms}" for ms in bench.LEARN_READY_MS]
     pause = [p for p in points if p.tag.startswith("pause ")]
     assert [p.tag for p in held] == [f"held {ms}" for ms in bench.READY_MS]
     assert len(complete) == 4 and len({p.series for p in complete}) == 1
