@@ -77,6 +77,7 @@ class EndpointReason(StrEnum):
 class EndpointDecision:
     wait_ms: int
     reason: EndpointReason
+    learned: bool = False  # the wait is the user's own pauses' (pipeline/pauses.py)
 
     @property
     def looks_finished(self) -> bool:

@@ -35,7 +35,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from pipeline.audio_in import SAMPLE_RATE
@@ -148,10 +148,11 @@ def judge_endpoint(policy: EndpointPolicy, runner: TurnRunner, asr_end: Event,
     decision = policy.decide(str(asr_end.data.get("text", "")),
                              float(logprob) if logprob is not None else None, cue,
                              float(word) if word is not None else None)
+    learned = policy.complete_ms != base
     runner.note(EventName.ENDPOINT, wait_ms=decision.wait_ms, reason=str(decision.reason),
                 pitch_fall_st=round(cue.fall_st, 1), complete_ms=policy.complete_ms,
-                learned=policy.complete_ms != base)
-    return decision
+                learned=learned)
+    return replace(decision, learned=learned and decision.looks_finished)
 
 
 def _silence_ms(detected_sample: int, end_sample: int) -> float:

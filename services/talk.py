@@ -275,7 +275,7 @@ async def _supervise(supervisor: Supervisor, status: Status) -> None:
 
 def _report(turn: LiveTurn, status: Status) -> None:
     """The lines under the status after each turn: what was heard and said, the numbers."""
-    from services.timeline import assistant_said, endpoint_note, rejoined_note, summary_line
+    from services.timeline import assistant_said, endpoint_note, rejoined_note, summary_lines
 
     result = turn.result
     status.line(f"you: {result.transcript}{rejoined_note(result.events)}")
@@ -289,7 +289,6 @@ def _report(turn: LiveTurn, status: Status) -> None:
                   if e.name == EventName.ASR_START and "early_ms" in e.data), None)
     if early is not None:  # Whisper started at a gap before the pause (early_asr.py)
         live += f", Whisper {early:.0f} ms early"
-    status.line(f"  {summary_line(result.metrics)} · {live}")
-    if note := endpoint_note(result.events):
-        status.line(f"  {note}")
+    for line in summary_lines(result.metrics, live, endpoint_note(result.events)):
+        status.line(f"  {line}")
     status.set("listening")

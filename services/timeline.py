@@ -113,25 +113,29 @@ def render(events: Sequence[Event], metrics: TurnMetrics, width: int = 60) -> li
         total = sum(b - a for a, b in row) * 1000
         lines.append(f"  {stage:<8} {''.join(cells)} {total:6.0f} ms")
     lines.append(f"  {'':<8} 0 s{'':{width - 9}}{end:5.2f} s")
-    lines.append("  " + summary_line(metrics))
-    if note := endpoint_note(events):
-        lines.append(f"  {note}")
+    lines += [f"  {line}" for line in summary_lines(metrics, endpoint_note(events))]
     return lines
 
 
-def summary_line(m: TurnMetrics) -> str:
+def summary_lines(m: TurnMetrics, *notes: str, width: int = 78) -> list[str]:
+    """The turn's numbers as a few lines no wider than ``width`` (an 80-column terminal less
+    the indent): when the reply was heard, where the time went, then ``notes`` (how the end
+    of speech was taken; empty ones left out) and a barge-in's hang-up when there was one."""
     def f(v: float | None) -> str:
         return "-" if v is None else f"{v:.0f}"
 
+    heard = f"first audio {f(m.first_audio_ms)} ms"
+    if m.first_audio_from_speech_end_ms is not None:
+        heard = (f"first audio {f(m.first_audio_from_speech_end_ms)} ms from your last "
+                 f"sound{' (speculative)' if m.speculation_confirmed_ms is not None else ''}"
+                 f", {f(m.first_audio_ms)} ms from t = 0")
     loop = {"cut": " (looped, cut)", "fitted": " (looped, decoded again)",
             "full": " (looped, 30 s window)"}.get(m.asr_loop or "", "")
-    parts = [f"first audio {f(m.first_audio_ms)} ms", f"asr {f(m.asr_ms)}{loop}",
-             f"ttft {f(m.ttft_ms)}", f"1st sentence {f(m.first_sentence_ms)}",
-             f"tts1 {f(m.tts_first_ms)}", f"overhead {f(m.overhead_ms)}",
-             "cache n/a" if m.cache_n is None else f"cache {m.cache_n}/{m.prompt_n} tok"]
-    if m.first_audio_from_speech_end_ms is not None:
-        parts.append(f"from your last sound {f(m.first_audio_from_speech_end_ms)} ms"
-                     + (" (speculative)" if m.speculation_confirmed_ms is not None else ""))
+    parts = [heard, f"asr {f(m.asr_ms)}{loop}", f"ttft {f(m.ttft_ms)}",
+             f"1st sentence {f(m.first_sentence_ms)}", f"tts1 {f(m.tts_first_ms)}",
+             f"overhead {f(m.overhead_ms)}",
+             "cache n/a" if m.cache_n is None else f"cache {m.cache_n}/{m.prompt_n} tok",
+             *(n for n in notes if n)]
     if m.interrupted and m.bargein_to_llm_closed_ms is None and m.ttft_ms is None:
         # Cut while Whisper ran (or before the request): no stream was open to close.
         parts.append(f"barge-in: silence {f(m.bargein_to_silence_ms)} ms, "
@@ -140,4 +144,16 @@ def summary_line(m: TurnMetrics) -> str:
         parts.append(f"barge-in: silence {f(m.bargein_to_silence_ms)} / closed "
                      f"{f(m.bargein_to_llm_closed_ms)} / slot idle "
                      f"{f(m.bargein_to_slot_idle_ms)} ms")
-    return " · ".join(parts)
+    return pack(parts, width)
+
+
+def pack(parts: Sequence[str], width: int) -> list[str]:
+    """``parts`` joined with " · ", a new line wherever the next one would pass ``width``
+    (a part wider than that gets a line of its own)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += f" · {part}"
+        else:
+            lines.append(part)
+    return lines

@@ -92,7 +92,8 @@ class UtteranceSpeculation:
                 "early_asr_used": self.early_asr_used,
                 "early_asr_slow": self.early_asr_slow, "state": self.state,
                 "wait_ms": d.wait_ms if d else None,
-                "reason": str(d.reason) if d else None, "endpoint_ms": self.endpoint_ms}
+                "reason": str(d.reason) if d else None, "learned": bool(d and d.learned),
+                "endpoint_ms": self.endpoint_ms}
 
 
 @dataclass
@@ -284,7 +285,7 @@ class PageSpeculator:
         spec.utterance.decision, spec.looks_finished = decision, decision.looks_finished
         self.outbox.json({"type": "endpoint", "input_id": spec.input_id, "pause": spec.pause,
                           "turn": asr_end.turn, "wait_ms": decision.wait_ms,
-                          "reason": str(decision.reason),
+                          "reason": str(decision.reason), "learned": decision.learned,
                           "pitch_fall_st": round(cue.fall_st, 1)})
 
     def _note_confirmed(self, spec: Speculation) -> None:

@@ -1,9 +1,13 @@
-"""talk's per-turn summary line (``services.timeline.summary_line``)."""
+"""The per-turn numbers under talk's and replay's turns (``services.timeline``)."""
 
 from __future__ import annotations
 
 from pipeline.metrics import TurnMetrics
-from services.timeline import summary_line
+from services.timeline import pack, summary_lines
+
+
+def summary_line(m: TurnMetrics) -> str:
+    return " · ".join(summary_lines(m))
 
 
 def test_a_barge_in_names_what_it_closed() -> None:
@@ -47,3 +51,28 @@ def test_the_endpoint_note_names_the_last_decision_and_a_learned_wait() -> None:
     # A learned wait that did not decide (the words were unsure) is not claimed.
     unsure = decided(wait_ms=1000, reason="asr_unsure", complete_ms=950, learned=True)
     assert endpoint_note([unsure]) == "endpoint policy 1000 ms (asr unsure)"
+
+
+def test_the_numbers_fit_an_80_column_terminal_even_when_every_part_is_there() -> None:
+    busy = TurnMetrics("streamed", asr_ms=1500, ttft_ms=1200, first_sentence_ms=1800,
+                       tts_first_ms=900, overhead_ms=120, cache_n=1000, prompt_n=1200,
+                       first_audio_ms=2800, first_audio_from_speech_end_ms=3400,
+                       speculation_confirmed_ms=3, interrupted=True, bargein_to_silence_ms=30,
+                       bargein_to_llm_closed_ms=10, bargein_to_slot_idle_ms=400)
+    lines = summary_lines(busy, "speculative, endpoint 1224 ms, Whisper 180 ms early",
+                          "endpoint policy 1000 ms (sentence, from your pauses)")
+    assert all(len(line) <= 78 for line in lines), lines
+    assert lines[0] == ("first audio 3400 ms from your last sound (speculative), "
+                        "2800 ms from t = 0")
+    text = " · ".join(lines)
+    for part in ("asr 1500", "cache 1000/1200 tok", "Whisper 180 ms early",
+                 "from your pauses", "slot idle 400 ms"):
+        assert part in text
+    assert len(summary_lines(busy)) < len(lines)  # notes add lines, "" notes none
+    assert summary_lines(busy, "", "") == summary_lines(busy)
+
+
+def test_pack_starts_a_line_where_the_next_part_would_pass_the_width() -> None:
+    assert pack(["aaaa", "bb", "cc"], width=9) == ["aaaa · bb", "cc"]
+    assert pack(["a" * 12, "b"], width=9) == ["a" * 12, "b"]
+    assert pack([], width=9) == []

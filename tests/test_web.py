@@ -578,7 +578,7 @@ async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web)
     endpoint = got.of("endpoint")[0]
     # the policy on the speculative transcript: a question of 5 words
     assert endpoint == {"type": "endpoint", "input_id": "c1", "pause": 1, "turn": 1,
-                        "wait_ms": 500, "reason": "question",
+                        "wait_ms": 500, "reason": "question", "learned": False,
                         "pitch_fall_st": endpoint["pitch_fall_st"]}
     await ws.send_json({"type": "interrupt"})  # nothing audible yet: no barge-in
     await receive_until(ws, event_named("tts.end"), into=got)
@@ -603,7 +603,8 @@ async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web)
                                      "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
                                      "early_asr_slow": 0,
                                      "state": "confirmed", "wait_ms": 500,
-                                     "reason": "question", "endpoint_ms": 500.0}
+                                     "reason": "question", "learned": False,
+                                     "endpoint_ms": 500.0}
     # t = 0 is the pause: the endpoint span runs from the last voiced sound to the
     # confirmation, across t = 0.
     (a, b), = result["timeline"]["spans"]["endpoint"]
@@ -713,10 +714,13 @@ async def test_ws_going_on_after_a_finished_looking_pause_lengthens_the_next_wai
     got = await receive_until(ws, lambda m: is_endpoint(m) and m["pause"] == 2, into=got)
     second = got.of("endpoint")[-1]
     assert (second["wait_ms"], second["reason"]) == (850, "question")  # 700 + the margin
+    assert (got.of("endpoint")[0]["learned"], second["learned"]) == (False, True)
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 850})
     got = await receive_until(ws, lambda m: is_result(m) and not m["abandoned"], into=got)
     endpoint = [m["event"] for m in got.messages if event_named("speculation.endpoint")(m)]
     assert [(e["complete_ms"], e["learned"]) for e in endpoint] == [(500, False), (850, True)]
+    answered = next(m for m in got.messages if is_result(m) and not m["abandoned"])
+    assert answered["speculation"]["learned"] is True  # the page's chip says "from your pauses"
     await ws.close()
 
 
@@ -735,7 +739,7 @@ async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio
                                     "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
                                     "early_asr_slow": 0,
                                     "state": None, "wait_ms": 500, "reason": "question",
-                                    "endpoint_ms": None}
+                                    "learned": False, "endpoint_ms": None}
     assert web_app.asr.heard[-1] == 4000 + 3200 + 4000
     start = next(m for m in got.messages if event_named("turn.start")(m)
                  and m["event"]["turn"] == 2)

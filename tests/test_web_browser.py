@@ -15,6 +15,7 @@ the page's end until its reply is ready) and the confirmed turn answers
 from __future__ import annotations
 
 import asyncio
+import json
 import wave
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -153,6 +154,20 @@ async def test_a_spoken_question_gets_a_spoken_answer_and_a_timeline(
     assert "first audio" in dom["chips"] and "end-of-speech wait" in dom["chips"]
     assert "speculative, endpoint" in dom["chips"]
     assert dom["status"] == "listening"
+    # The same turn drawn again as if its wait after the finished words were learned from
+    # the user's pauses (the server's ``learned``): its chip says where the wait came from.
+    drawn = await page.js("""import('/static/timeline.js').then(({renderTimeline}) => {
+        const r = RESULT, chip = (learned) => {
+            const el = document.createElement('div');
+            renderTimeline(el, r.timeline, r.metrics, null, {...r.speculation, learned,
+                                                             wait_ms: 850, reason: 'question'});
+            return [...el.querySelectorAll('.chip')].map(c => c.textContent)
+                .find(t => t.startsWith('speculative, endpoint'));
+        };
+        return [chip(false), chip(true)];
+    })""".replace("RESULT", json.dumps(result)))
+    assert drawn == ["speculative, endpoint 850 ms (question)",
+                     "speculative, endpoint 850 ms (question, from your pauses)"]
     names = await page.js("voiceLlm.log.filter(m => m.type === 'event')"
                           ".map(m => m.event.stage + '.' + m.event.event)")
     for a, b in [("asr.end", "llm.first_token"), ("tts.end", "playback.start"),

@@ -83,7 +83,10 @@ function chips(m, vadWaitMs, speculation) {
   }
   const speculative = speculation && speculation.state === "confirmed";
   if (speculative) {
-    const why = speculation.reason ? ` (${speculation.reason.replace(/_/g, " ")})` : "";
+    // learned: the wait after finished-looking words is this user's own pauses' (pauses.py)
+    const reason = speculation.reason && speculation.reason.replace(/_/g, " ")
+      + (speculation.learned ? ", from your pauses" : "");
+    const why = reason ? ` (${reason})` : "";
     add("speculative, endpoint", speculation.wait_ms == null ? "700 ms (page default)"
       : `${speculation.wait_ms} ms${why}`, true);
   }
