@@ -73,6 +73,10 @@ class EndpointReason(StrEnum):
     DEFAULT = "default"
 
 
+# The words make a whole question or sentence: the wait after them is ``complete_ms``.
+FINISHED = frozenset({EndpointReason.QUESTION, EndpointReason.SENTENCE})
+
+
 @dataclass(frozen=True)
 class EndpointDecision:
     wait_ms: int
@@ -82,7 +86,7 @@ class EndpointDecision:
     @property
     def looks_finished(self) -> bool:
         """The words make a whole question or sentence: the wait was ``complete_ms``."""
-        return self.reason in (EndpointReason.QUESTION, EndpointReason.SENTENCE)
+        return self.reason in FINISHED
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pipeline.endpoint import FINISHED
 from pipeline.events import Event, EventName, first, indexed_spans, times
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def endpoint_note(events: Sequence[Event]) -> str:
         return ""
     d = decided[-1].data
     why = str(d.get("reason", "")).replace("_", " ")
-    if d.get("learned") and d.get("reason") in ("question", "sentence"):
+    if d.get("learned") and d.get("reason") in FINISHED:
         why += ", from your pauses"  # pipeline/pauses.py raised the wait
     return f"endpoint policy {d.get('wait_ms')} ms ({why})"
 
