@@ -95,13 +95,16 @@ class EndpointPolicy:
 
     Defaults chosen on the tune split of ``scripts/bench_endpoint.py`` (docs/live.md): the
     least wait with no false endpoint there. Pauses inside a sentence ran 300-900 ms, so
-    "incomplete" and "unsure" wait past them. A complete sentence waits 500 ms, not 250:
-    with speculation the reply's first audio is not ready before ~700 ms after the last
-    word anyway (the 200 ms pause plus the pipeline's time to first audio), so the longer
-    wait is mostly hidden, and it halves the false endpoints.
+    "incomplete" and "unsure" wait past them. A complete sentence waited 500 ms, not 250:
+    the reply's first audio was not ready much sooner anyway (the 200 ms pause plus the
+    pipeline's time to first audio), so the longer wait was mostly hidden, and it halved
+    the false endpoints. 450 since session 21: on the faster hosts the reply is ready ~450
+    ms after the last word, so the 500 ms wait, not the pipeline, set the latency; 450 took
+    ~50 ms off mouth to ear on the audio (bench_live) for one more false endpoint per
+    held-out split where the reply is ready 250 ms after the pause, none at 300.
     """
 
-    complete_ms: int = 500
+    complete_ms: int = 450
     default_ms: int = 1000
     incomplete_ms: int = 1100
     min_words: int = 3

@@ -1,7 +1,7 @@
 """The speaker's own pauses: a longer wait after a finished-looking sentence for a user who
 has shown that they go on after one.
 
-The endpoint policy waits ``complete_ms`` (500) after words that make a whole question or
+The endpoint policy waits ``complete_ms`` (450) after words that make a whole question or
 sentence. For most turns that is right, but some people pause after a whole request and
 then add to it ("Call my sister." [700 ms] "after lunch."). Up to the pause, neither the
 words, nor Whisper's confidence, nor the pitch tell that from the same request said alone

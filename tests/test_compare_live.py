@@ -20,6 +20,7 @@ import pytest
 from fake_llm import FakeLlm, Reply
 from test_turn import SENTENCES, FakeAsr, FakeTts, tokens
 
+from pipeline.endpoint import EndpointPolicy
 from pipeline.live import SpeculationStats
 from pipeline.llm_client import LlmClient
 from services import compare, compare_live
@@ -121,7 +122,7 @@ async def test_compare_live_runs_both_conditions_through_the_live_path(
     assert await compare._compare(args, [SKY]) == 0
     report = json.loads((out / "compare.json").read_text())
     assert report["live"] == {"pause_ms": 200, "gap_ms": 96, "end_silence_ms": 600,
-                              "complete_ms": 500, "learn_pauses": True}
+                              "complete_ms": EndpointPolicy.complete_ms, "learn_pauses": True}
     on, off = report["turns"]  # run 1: speculation on first
     assert (on["speculation"], off["speculation"]) == ("on", "off")
     assert on["speculative"] is True and on["speculation_confirmed_ms"] is not None

@@ -14,10 +14,13 @@ import pytest
 from fake_llm import FakeLlm, Reply
 from test_turn import SENTENCES, FakeAsr, FakeTts, make_runner, tokens
 
+from pipeline.endpoint import EndpointPolicy
 from pipeline.live import LiveTurn, LiveTurnTaker
 from pipeline.llm_client import LlmClient
 from pipeline.mic import SpeechGap, SpeechPause, SpeechResumed, UtteranceEnd
 from pipeline.pauses import PauseHabit
+
+COMPLETE = EndpointPolicy.complete_ms  # the wait after a whole question or sentence
 
 RATE = 16000
 
@@ -172,13 +175,13 @@ async def test_going_on_after_a_finished_looking_pause_lengthens_the_next_wait(l
     seg, turns, live = taker(runner, pauses=PauseHabit(margin_ms=150) if learn else None)
     live.on_segment(pause(1.0))
     await until(lambda: seg.ends)
-    assert seg.ends == [500]  # a whole request: the short wait...
+    assert seg.ends == [COMPLETE]  # a whole request: the short wait...
     live.on_segment(SpeechResumed(RATE, 700.0))  # ...but the user went on after 700 ms
 
     runner.asr = FakeAsr("Call my sister after lunch.")
     live.on_segment(pause(2.5))
     await until(lambda: len(seg.ends) == 3)
-    assert seg.ends[-1] == (850 if learn else 500)  # that pause and a margin, this time
+    assert seg.ends[-1] == (850 if learn else COMPLETE)  # that pause and a margin, this time
     live.on_utterance(end(2.5))
     await until(lambda: turns)
     await live.close()

@@ -23,12 +23,15 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from fake_llm import FakeLlm, Reply
 
+from pipeline.endpoint import EndpointPolicy
 from pipeline.llm_client import LlmClient
 from pipeline.turn import AsrClock
 from services.assistant import Assistant
 from services.web import STATE, create_app
 from services.web_live import GAP_ASR_MAX_MS
 from services.ws_sink import Outbox, WebSocketSink
+
+COMPLETE = EndpointPolicy.complete_ms  # the wait after a whole question or sentence
 
 TTS_RATE = 22050
 SENTENCES = ["Sleep at the same time every day.", " Keep your bedroom cool and dark.",
@@ -578,7 +581,7 @@ async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web)
     endpoint = got.of("endpoint")[0]
     # the policy on the speculative transcript: a question of 5 words
     assert endpoint == {"type": "endpoint", "input_id": "c1", "pause": 1, "turn": 1,
-                        "wait_ms": 500, "reason": "question", "learned": False,
+                        "wait_ms": COMPLETE, "reason": "question", "learned": False,
                         "pitch_fall_st": endpoint["pitch_fall_st"]}
     await ws.send_json({"type": "interrupt"})  # nothing audible yet: no barge-in
     await receive_until(ws, event_named("tts.end"), into=got)
@@ -602,7 +605,7 @@ async def test_ws_a_pause_speculates_gated_and_the_end_confirms_it(web_app: Web)
     assert result["speculation"] == {"pauses": 1, "started": 1, "cancelled": 0,
                                      "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
                                      "early_asr_slow": 0,
-                                     "state": "confirmed", "wait_ms": 500,
+                                     "state": "confirmed", "wait_ms": COMPLETE,
                                      "reason": "question", "learned": False,
                                      "endpoint_ms": 500.0}
     # t = 0 is the pause: the endpoint span runs from the last voiced sound to the
@@ -637,7 +640,7 @@ async def test_ws_a_speculated_pause_holds_the_pages_end_until_its_first_audio(
     got = await receive_until(ws, is_result, into=got)
     result = got.of("turn.result")[0]
     assert result["speculation"]["state"] == "confirmed" and result["reply"] == REPLY
-    assert result["speculation"]["endpoint_ms"] == 900  # held past the 500 ms wait
+    assert result["speculation"]["endpoint_ms"] == 900  # held past the complete wait
     assert holds(got) == [("hold", 1, None), ("ready", 1, "audio")]  # once each
     await ws.close()
 
@@ -706,7 +709,7 @@ async def test_ws_going_on_after_a_finished_looking_pause_lengthens_the_next_wai
         web_app: Web) -> None:
     ws = await open_ws(web_app)
     got = await paused_once(ws, "c1")
-    assert got.of("endpoint")[0]["wait_ms"] == 500  # a question: the short wait...
+    assert got.of("endpoint")[0]["wait_ms"] == COMPLETE  # a question: the short wait...
     await ws.send_json({"type": "audio.resume", "pause": 1, "silence_ms": 700})  # ...not done
     got = await receive_until(ws, is_result, into=got)
     await send_pcm(ws, HALF + SILENCE)
@@ -718,7 +721,8 @@ async def test_ws_going_on_after_a_finished_looking_pause_lengthens_the_next_wai
     await ws.send_json({"type": "audio.end", "trailing_silence_ms": 850})
     got = await receive_until(ws, lambda m: is_result(m) and not m["abandoned"], into=got)
     endpoint = [m["event"] for m in got.messages if event_named("speculation.endpoint")(m)]
-    assert [(e["complete_ms"], e["learned"]) for e in endpoint] == [(500, False), (850, True)]
+    assert [(e["complete_ms"], e["learned"]) for e in endpoint] == [
+        (COMPLETE, False), (850, True)]
     answered = next(m for m in got.messages if is_result(m) and not m["abandoned"])
     assert answered["speculation"]["learned"] is True  # the page's chip says "from your pauses"
     await ws.close()
@@ -738,7 +742,7 @@ async def test_ws_an_end_after_speech_resumed_is_a_fresh_turn_on_the_whole_audio
     assert fresh["speculation"] == {"pauses": 1, "started": 1, "cancelled": 1,
                                     "gaps": 0, "early_asr_started": 0, "early_asr_used": 0,
                                     "early_asr_slow": 0,
-                                    "state": None, "wait_ms": 500, "reason": "question",
+                                    "state": None, "wait_ms": COMPLETE, "reason": "question",
                                     "learned": False, "endpoint_ms": None}
     assert web_app.asr.heard[-1] == 4000 + 3200 + 4000
     start = next(m for m in got.messages if event_named("turn.start")(m)
