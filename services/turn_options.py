@@ -231,9 +231,10 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--complete-ms", type=int, default=EndpointPolicy.complete_ms, metavar="MS",
                    help="the endpoint's wait after words that make a finished question or "
                    "sentence (default %(default)s). Longer: fewer pauses taken for the end "
-                   "(held-out mid-sentence pauses, the reply ready 350 ms after the pause: "
-                   "15%% at 500, 4%% at 800, 0%% at 900), every finished question answered "
-                   "later once the reply is ready sooner than the wait (docs/live.md)")
+                   "(held-out mid-sentence pauses, fresh split, the reply ready 350 ms after "
+                   "the pause: 14%% at 450, 3%% at 800, 0%% at 900), every finished "
+                   "question answered later once the reply is ready sooner than the wait "
+                   "(docs/live.md)")
     p.add_argument("--no-learn-pauses", dest="learn_pauses", action="store_false",
                    help="always wait --complete-ms after a finished question or sentence. "
                    "By default a user who went on after such a pause (or cut in on the "
