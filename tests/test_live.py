@@ -149,6 +149,9 @@ async def test_speech_resuming_cancels_then_the_longer_utterance_speculates_agai
 
     live.on_segment(pause(1.0))
     await asyncio.wait_for(requested.wait(), 5)
+    # The judgement follows the request (it waits for the pitch, in a thread): under load
+    # the fake server's first token can come first.
+    await until(lambda: seg.ends)
     assert seg.ends == [1100]  # "the": an incomplete sentence waits long
     live.on_segment(SpeechResumed(RATE, 400.0))
     assert seg.ends[-1] is None  # the end goes back to the default
