@@ -93,14 +93,20 @@ async def _measure_live(args: argparse.Namespace, assistant: Assistant, sink: Au
 
 
 def live_line(t: dict[str, Any]) -> str:
-    """One --live turn on stderr, as it finishes."""
-    head = f"run {t['run']} speculation {t['speculation']:3} {Path(t['file']).name}"
+    """One --live turn on stderr, as it finishes: two lines that fit in 80 columns."""
+    head = f"run {t['run']} · speculation {t['speculation']} · {Path(t['file']).name}"
     if t["error"]:
         return f"{head}: {t['error']}"
+
+    def ms(key: str) -> str:
+        value = t.get(key)
+        return "-" if value is None else f"{value:.0f}"
+
     how = "speculative" if t.get("speculative") else "at the endpoint"
-    return (f"{head}: first audio {t.get(FROM_SPEECH_END)} ms from speech end "
-            f"(endpoint {t.get('endpoint_ms')} ms, asr {t.get('asr_ms')}, first sentence "
-            f"{t.get('first_sentence_ms')}, tts {t.get('tts_first_ms')}; {how})")
+    return (f"{head} · {how}\n"
+            f"  {ms(FROM_SPEECH_END)} ms from speech end: endpoint {ms('endpoint_ms')} · "
+            f"asr {ms('asr_ms')} · 1st sentence {ms('first_sentence_ms')} · "
+            f"tts {ms('tts_first_ms')}")
 
 
 def build_live_report(turns: list[dict[str, Any]],

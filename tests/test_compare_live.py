@@ -71,7 +71,12 @@ def test_live_report_per_condition_ratio_and_speculation_counts() -> None:
     assert "| cancelled_idle_confirmed | 1 | 0 |" in md
     assert "no utterance heard" in md and "at the pause" in md
     line = compare_live.live_line(turns[0])
-    assert "600" in line and "speculative" in line
+    assert "600 ms from speech end" in line and "speculative" in line
+    assert line.endswith("tts -")  # not measured: a dash, not "None"
+    long_name = {**turns[2], "file": "samples/06_learn_language.wav", "first_sentence_ms": 217.6}
+    lines = compare_live.live_line(long_name).splitlines()
+    assert len(lines) == 2 and len("[12/12] " + lines[0]) <= 80 and len(lines[1]) <= 80, lines
+    assert "1st sentence 218" in lines[1] and lines[0].endswith("at the endpoint")
 
 
 def test_the_live_waterfall_counts_from_the_end_of_speech() -> None:
@@ -144,7 +149,7 @@ async def test_compare_live_runs_both_conditions_through_the_live_path(
     assert "Live turn-taking" in (out / "compare.md").read_text()
     assert (out / "waterfall.png").stat().st_size > 1000
     err = capsys.readouterr().err
-    assert "[1/2] run 1 speculation on" in err and "[2/2] run 1 speculation off" in err
+    assert "[1/2] run 1 · speculation on" in err and "[2/2] run 1 · speculation off" in err
     # 2 conversations of one turn each, plus the unmeasured warm-up turn
     assert len(fake_assistant.requests) == 3
 
