@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from services.errors import UserError
+from services.timeline import ms_or_dash
 from services.turn_options import (
     Stopper,
     add_live_options,
@@ -331,8 +332,7 @@ def write_report(out: Path, report: dict[str, Any], events: TurnEvents) -> None:
 
 
 def _cell(summary: dict[str, Any], mode: str, key: str, q: str) -> str:
-    v = summary.get(mode, {}).get(key, {}).get(q)
-    return "-" if v is None else f"{v:.0f}"
+    return ms_or_dash(summary.get(mode, {}).get(key, {}).get(q))
 
 
 def markdown(report: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from services.compare import CONDITIONS, _cell, summary_table
+from services.timeline import ms_or_dash
 from services.turn_options import turn_config
 
 if TYPE_CHECKING:
@@ -99,8 +100,7 @@ def live_line(t: dict[str, Any]) -> str:
         return f"{head}: {t['error']}"
 
     def ms(key: str) -> str:
-        value = t.get(key)
-        return "-" if value is None else f"{value:.0f}"
+        return ms_or_dash(t.get(key))
 
     how = "speculative" if t.get("speculative") else "at the endpoint"
     return (f"{head} · {how}\n"

@@ -118,13 +118,16 @@ def render(events: Sequence[Event], metrics: TurnMetrics, width: int = 60) -> li
     return lines
 
 
+def ms_or_dash(v: float | None) -> str:
+    """A figure in whole milliseconds, or "-" when it was not measured."""
+    return "-" if v is None else f"{v:.0f}"
+
+
 def summary_lines(m: TurnMetrics, *notes: str, width: int = 78) -> list[str]:
     """The turn's numbers as a few lines no wider than ``width`` (an 80-column terminal less
     the indent): when the reply was heard, where the time went, then ``notes`` (how the end
     of speech was taken; empty ones left out) and a barge-in's hang-up when there was one."""
-    def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:.0f}"
-
+    f = ms_or_dash
     heard = f"first audio {f(m.first_audio_ms)} ms"
     if m.first_audio_from_speech_end_ms is not None:
         heard = (f"first audio {f(m.first_audio_from_speech_end_ms)} ms from your last "
