@@ -1,0 +1,67 @@
+"""How scripts/bench_endpoint_live.py judges a false endpoint from an utterance's turns, and
+the order it speaks the corpus in (the same as bench_endpoint's learning rows)."""
+
+from __future__ import annotations
+
+import numpy as np
+from script_module import load_script
+
+live = load_script("bench_endpoint_live")
+endpoint = load_script("bench_endpoint")
+
+
+def turn(audio_s: float | None, speech_end_ms: float = 450.0, played: bool = True):
+    return live.HeardTurn("text", audio_s, speech_end_ms, played, True, None, 600.0, None)
+
+
+# "Call my sister | after lunch.": 3.0 s of voice; the pause comes after the first 1.2 s.
+WHOLE_S = 3.0
+
+
+def test_a_reply_on_the_whole_utterance_is_no_false_endpoint() -> None:
+    # pre-roll (0.2 s) + 3.0 s of voice, then the silence the turn waited
+    assert not live.false_endpoint([turn(3.2 + 0.45)], WHOLE_S)
+    # its last voiced window a window short of the last loud sample: still the whole
+    assert not live.false_endpoint([turn(3.0 - 0.1 + 0.45)], WHOLE_S)
+
+
+def test_a_reply_played_on_the_first_part_is_one() -> None:
+    first = turn(0.2 + 1.2 + 0.45)  # the pause taken for the end, and played
+    rest = turn(0.2 + 1.0 + 0.45)  # the rest, with the cut reply's words carried
+    assert live.false_endpoint([first, rest], WHOLE_S)
+
+
+def test_a_turn_cut_before_it_played_is_not_one() -> None:
+    # The end was taken at the pause, but the rest of the request came back before a
+    # sample of the reply played: nothing was heard, and the next turn answers all of it
+    # (the cut turn's words carried), on the audio of the rest alone.
+    first = turn(0.2 + 1.2 + 0.45, played=False)
+    rest = turn(0.2 + 1.0 + 0.45)
+    assert not live.false_endpoint([first, rest], WHOLE_S)
+
+
+def test_a_played_reply_cut_by_more_of_the_utterance_is_one() -> None:
+    # The first turn was cut unplayed, the rest paused again and that was taken for the
+    # end too, played, and cut by the last words.
+    turns = [turn(1.85, played=False), turn(1.2), turn(0.9)]
+    assert live.false_endpoint(turns, WHOLE_S)
+
+
+def test_unknown_audio_counts_as_whole() -> None:
+    assert not live.false_endpoint([turn(None)], WHOLE_S)
+
+
+def test_each_speaker_is_one_conversation_in_bench_endpoints_order() -> None:
+    def u(split: str, voice: str, i: int):
+        return endpoint.Utterance(f"{split}-{voice}-{i}", split, "whole", "x",
+                                  np.zeros(1, np.float32), 1, None, voice)
+
+    corpus = [u("tune", "a", i) for i in range(3)] + [u("test", "b", i) for i in range(4)] + \
+        [u("test", "c", i) for i in range(2)]
+    talks = live.conversations(corpus, ["test"], order=1)
+    assert [[x.voice for x in t] for t in talks] == [["b"] * 4, ["c"] * 2]
+    # bench_endpoint's run_condition: one generator per condition, a permutation per
+    # speaker in corpus order, the tune split's drawn too
+    rng = np.random.default_rng(1)
+    rng.permutation(3)
+    assert [x.name for x in talks[0]] == [f"test-b-{i}" for i in rng.permutation(4)]
