@@ -14,7 +14,7 @@ the latency the policy buys comes from the same run.
 
 A paused utterance is a **false endpoint** when a reply started playing before it was over
 (``false_endpoint``): the rest of the utterance came and cut a reply that was playing, or
-the reply's audio stopped short of the last word (``covers``). A turn taken at the pause
+the reply started before the last word ended (``started_early``). A turn taken at the pause
 but cut by the rest of the request before a sample of it played is not one (nothing was
 heard; its words went into the next turn, which answers the whole). For the whole questions it
 reports first audio from the end of speech (``first_audio_from_speech_end_ms``, the
@@ -53,12 +53,10 @@ from bench_endpoint import LEAD_S, Utterance, make_corpus  # noqa: E402
 from pipeline.audio_in import SAMPLE_RATE  # noqa: E402
 from pipeline.endpoint import EndpointPolicy  # noqa: E402
 from pipeline.metrics import pct  # noqa: E402
+from pipeline.mic import SegmenterConfig  # noqa: E402
 
-# A turn's audio starts this much before the first voiced window (the segmenter's
-# pre-roll, 200 ms), and its last voiced window may sit a window off the last loud sample.
-# A pause taken for the end misses at least the pause (>= 300 ms) and the rest (>= 0.4 s),
-# so this slack cannot make a false endpoint look whole.
-COVER_SLACK_S = 0.15
+# A turn's audio starts this much before its first voiced window (the segmenter's pre-roll).
+PRE_ROLL_S = SegmenterConfig().pre_roll_ms / 1000
 
 
 @dataclass(frozen=True)
@@ -85,17 +83,23 @@ class HeardTurn:
         return self.audio_s - self.speech_end_ms / 1000
 
 
-def covers(turn: HeardTurn, utterance_voiced_s: float) -> bool:
-    """Did the turn hear the utterance to its last word? (Unknown audio counts as yes.)"""
-    return turn.voiced_s is None or turn.voiced_s >= utterance_voiced_s - COVER_SLACK_S
+def started_early(turn: HeardTurn, utterance_voiced_s: float) -> bool:
+    """Did the turn's reply start before the utterance's last word? Its audio may stop
+    short of the utterance's voice (a pause taken for the end, or a quiet last syllable
+    the VAD heard as silence); the reply started that long after the turn's last voiced
+    window (``from_speech_end_ms``). Unknown audio or no reply counts as no."""
+    if turn.voiced_s is None or turn.from_speech_end_ms is None:
+        return False
+    missing_s = utterance_voiced_s - (turn.voiced_s - PRE_ROLL_S)
+    return turn.from_speech_end_ms < missing_s * 1000
 
 
 def false_endpoint(turns: list[HeardTurn], utterance_voiced_s: float) -> bool:
     """A reply started playing before the utterance was over: one whose turn was followed
     by another of the same utterance (the rest of it came and cut the reply), or the
-    first, on audio short of the last word. (A later turn starts at the rest of the
+    first, started before the last word. (A later turn starts at the rest of the
     utterance, with the words before it carried: its audio is not the whole.)"""
-    if turns and turns[0].played and not covers(turns[0], utterance_voiced_s):
+    if turns and turns[0].played and started_early(turns[0], utterance_voiced_s):
         return True
     return any(t.played for t in turns[:-1])
 
@@ -165,12 +169,12 @@ def progress(r: dict[str, Any]) -> str:
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = ["# False endpoints on the live path (scripts/bench_endpoint_live.py)", "",
              f"Settings: {json.dumps(settings)}. A false endpoint: a reply started playing "
-             "before the utterance was over (the rest of it cut the reply, or the reply's "
-             "audio stopped short of the last word).", "",
+             "before the utterance was over (the rest of it cut the reply, or the reply "
+             "started before the last word ended).", "",
              "| split | false: separate | false: ssml | false: both | whole questions: "
              "from speech end p50 / mean / p95 ms | endpoint p50 ms | reply ready after "
-             "the pause p50 ms | no turn |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "the pause p50 ms | ended at the pause, cut before it played | no turn |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for split in dict.fromkeys(r["split"] for r in rows):
         rs = [r for r in rows if r["split"] == split]
         cells = []
@@ -188,8 +192,9 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         ready = [t["ready_ms"] for r in rs for t in r["turns"][:1]
                  if t["speculative"] and t.get("ready_ms") is not None]
         ready_cell = f"{statistics.median(ready):.0f}" if ready else "-"
+        caught = sum(len(r["turns"]) > 1 and not r["turns"][0]["played"] for r in rs)
         lines.append(f"| {split} | {' | '.join(cells)} | {fa_cell} | {wait_cell} | "
-                     f"{ready_cell} | {sum(r['error'] is not None for r in rs)} |")
+                     f"{ready_cell} | {caught} | {sum(r['error'] is not None for r in rs)} |")
     lines += ["", "## The false endpoints", ""]
     for r in rows:
         if r["false_endpoint"]:

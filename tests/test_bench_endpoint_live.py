@@ -10,24 +10,35 @@ live = load_script("bench_endpoint_live")
 endpoint = load_script("bench_endpoint")
 
 
-def turn(audio_s: float | None, speech_end_ms: float = 450.0, played: bool = True):
-    return live.HeardTurn("text", audio_s, speech_end_ms, played, True, None, 600.0, None)
+def turn(audio_s: float | None, speech_end_ms: float = 450.0, played: bool = True,
+         from_speech_end_ms: float | None = 600.0):
+    return live.HeardTurn("text", audio_s, speech_end_ms, played, True, None,
+                          from_speech_end_ms, None)
 
 
 # "Call my sister | after lunch.": 3.0 s of voice; the pause comes after the first 1.2 s.
 WHOLE_S = 3.0
+PRE = live.PRE_ROLL_S
 
 
 def test_a_reply_on_the_whole_utterance_is_no_false_endpoint() -> None:
-    # pre-roll (0.2 s) + 3.0 s of voice, then the silence the turn waited
-    assert not live.false_endpoint([turn(3.2 + 0.45)], WHOLE_S)
-    # its last voiced window a window short of the last loud sample: still the whole
-    assert not live.false_endpoint([turn(3.0 - 0.1 + 0.45)], WHOLE_S)
+    # pre-roll + 3.0 s of voice, then the silence the turn waited
+    assert not live.false_endpoint([turn(PRE + 3.0 + 0.45)], WHOLE_S)
+
+
+def test_a_quiet_last_syllable_heard_as_silence_is_none_if_the_reply_came_after_it() -> None:
+    # The VAD's voice ended 0.36 s before the last loud sample ("... at sunset"), and the
+    # reply started 1100 ms after the VAD's end: after the user's.
+    late = turn(PRE + 2.64 + 0.224, speech_end_ms=224, from_speech_end_ms=1100)
+    assert not live.false_endpoint([late], WHOLE_S)
+    early = turn(PRE + 2.64 + 0.224, speech_end_ms=224, from_speech_end_ms=300)
+    assert live.false_endpoint([early], WHOLE_S)
 
 
 def test_a_reply_played_on_the_first_part_is_one() -> None:
-    first = turn(0.2 + 1.2 + 0.45)  # the pause taken for the end, and played
-    rest = turn(0.2 + 1.0 + 0.45)  # the rest, with the cut reply's words carried
+    first = turn(PRE + 1.2 + 0.45)  # the pause taken for the end, and played
+    assert live.false_endpoint([first], WHOLE_S)  # (the rest did not even cut it)
+    rest = turn(PRE + 1.0 + 0.45)  # the rest, with the cut reply's words carried
     assert live.false_endpoint([first, rest], WHOLE_S)
 
 
@@ -35,8 +46,8 @@ def test_a_turn_cut_before_it_played_is_not_one() -> None:
     # The end was taken at the pause, but the rest of the request came back before a
     # sample of the reply played: nothing was heard, and the next turn answers all of it
     # (the cut turn's words carried), on the audio of the rest alone.
-    first = turn(0.2 + 1.2 + 0.45, played=False)
-    rest = turn(0.2 + 1.0 + 0.45)
+    first = turn(PRE + 1.2 + 0.45, played=False)
+    rest = turn(PRE + 1.0 + 0.45)
     assert not live.false_endpoint([first, rest], WHOLE_S)
 
 
@@ -47,8 +58,9 @@ def test_a_played_reply_cut_by_more_of_the_utterance_is_one() -> None:
     assert live.false_endpoint(turns, WHOLE_S)
 
 
-def test_unknown_audio_counts_as_whole() -> None:
+def test_unknown_audio_or_no_reply_counts_as_none() -> None:
     assert not live.false_endpoint([turn(None)], WHOLE_S)
+    assert not live.false_endpoint([turn(PRE + 1.2 + 0.45, from_speech_end_ms=None)], WHOLE_S)
 
 
 def test_each_speaker_is_one_conversation_in_bench_endpoints_order() -> None:
