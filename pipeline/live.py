@@ -345,8 +345,10 @@ class LiveTurnTaker:
         spec = self._spec
         if spec is not None:
             self._drop(spec, reason)
-            # Not running yet (queued behind the last turn): it finds itself cancelled.
-            self.runner.abandon(reason)
+            # Not started yet (queued behind the last turn, which may be a confirmed one
+            # that must go on): it finds itself cancelled when its turn comes.
+            if spec.turn is not None:
+                self.runner.abandon(reason, spec.turn)
 
     def _drop(self, spec: _Speculation, reason: str) -> None:
         if self._spec is spec:

@@ -330,11 +330,15 @@ class TurnRunner:
         if self._current is not None:
             self._current.rec.emit(name, **data)
 
-    def abandon(self, reason: str = "speech resumed") -> bool:
+    def abandon(self, reason: str = "speech resumed", turn_number: int | None = None) -> bool:
         """Drop a speculative turn: the same verified hang-up as barge-in, nothing played,
-        nothing kept in the history. False when no turn runs or it is already playing."""
+        nothing kept in the history. False when no turn runs or it is already playing.
+        ``turn_number``: only if the running turn is that one (the speculation being
+        dropped may still be queued behind a confirmed turn, which must go on)."""
         turn = self._current
         if turn is None or turn.started_playing:
+            return False
+        if turn_number is not None and turn.rec.turn != turn_number:
             return False
         turn.abandon(reason)
         return True

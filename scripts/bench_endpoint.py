@@ -489,14 +489,24 @@ def run_condition(corpus: list[Utterance], vad: ReplayedVad, listener: Listener,
     speaker, in a shuffled order, the policy learning the speaker's pauses as it goes."""
     if c.order is None:
         return [run_one(u, vad, listener, c) for u in corpus]
-    rng = np.random.default_rng(c.order)
     rows: dict[str, dict[str, object]] = {}
+    for talk in speaker_orders(corpus, c.order):
+        habit = PauseHabit()
+        for u in talk:
+            rows[u.name] = run_one(u, vad, listener, c, habit)
+    return [rows[u.name] for u in corpus]
+
+
+def speaker_orders(corpus: list[Utterance], order: int) -> list[list[Utterance]]:
+    """One conversation per (split, voice) in corpus order, each speaker's utterances
+    shuffled by seed ``order``. One generator draws for every speaker in turn, so a
+    speaker's order depends on the whole corpus: bench_endpoint_live speaks this too."""
+    rng = np.random.default_rng(order)
+    out = []
     for key in dict.fromkeys((u.split, u.voice) for u in corpus):
         talk = [u for u in corpus if (u.split, u.voice) == key]
-        habit = PauseHabit()
-        for i in rng.permutation(len(talk)):
-            rows[talk[i].name] = run_one(talk[i], vad, listener, c, habit)
-    return [rows[u.name] for u in corpus]
+        out.append([talk[i] for i in rng.permutation(len(talk))])
+    return out
 
 
 # The complete wait tried beside the default where the reply is ready early: the default

@@ -42,13 +42,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_endpoint import LEAD_S, Utterance, make_corpus  # noqa: E402
+from bench_endpoint import (  # noqa: E402
+    LEAD_S,
+    Utterance,
+    could_end,
+    make_corpus,
+    speaker_orders,
+)
 
 from pipeline.audio_in import SAMPLE_RATE  # noqa: E402
 from pipeline.endpoint import EndpointPolicy  # noqa: E402
@@ -122,8 +126,8 @@ def heard(turn: Any) -> HeardTurn:
                      round(ready.t * 1000) if ready else None)
 
 
-async def speak_conversation(assistant: Any, utterances: list[Utterance],
-                             options: Any) -> list[dict[str, Any]]:
+async def speak_conversation(assistant: Any, utterances: list[Utterance], options: Any,
+                             listeners: list[Any] | None = None) -> list[dict[str, Any]]:
     """One speaker's utterances, in order, as one live conversation."""
     from pipeline.audio_out import RealtimeNullSink
     from pipeline.conversation import Conversation
@@ -133,7 +137,7 @@ async def speak_conversation(assistant: Any, utterances: list[Utterance],
     await sink.open(assistant.tts.sample_rate)
     rows = []
     try:
-        runner = assistant.runner(sink, Conversation())
+        runner = assistant.runner(sink, Conversation(), listeners=listeners)
         async with LiveConversation(runner, options) as live:
             for u in utterances:
                 turns = []
@@ -170,16 +174,21 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = ["# False endpoints on the live path (scripts/bench_endpoint_live.py)", "",
              f"Settings: {json.dumps(settings)}. A false endpoint: a reply started playing "
              "before the utterance was over (the rest of it cut the reply, or the reply "
-             "started before the last word ended).", "",
-             "| split | false: separate | false: ssml | false: both | whole questions: "
+             "started before the last word ended). Mid-sentence: bench_endpoint's column of "
+             "that name, every ssml utterance and the separate ones whose first part could "
+             "not end a request; the rest are two sentences, each said as finished.", "",
+             "| split | false: separate | false: ssml | false: both | false: mid-sentence "
+             "| whole questions: "
              "from speech end p50 / mean / p95 ms | endpoint p50 ms | reply ready after "
              "the pause p50 ms | ended at the pause, cut before it played | no turn |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for split in dict.fromkeys(r["split"] for r in rows):
         rs = [r for r in rows if r["split"] == split]
         cells = []
-        for variants in (("separate",), ("ssml",), ("separate", "ssml")):
-            vs = [r for r in rs if r["variant"] in variants]
+        paused = [r for r in rs if r["variant"] in ("separate", "ssml")]
+        mid = [r for r in paused if not (r["variant"] == "separate" and could_end(r))]
+        for vs in ([r for r in rs if r["variant"] == "separate"],
+                   [r for r in rs if r["variant"] == "ssml"], paused, mid):
             n = sum(r["false_endpoint"] for r in vs)
             cells.append(f"{n}/{len(vs)} ({100 * n / len(vs):.0f} %)" if vs else "-")
         whole = [r for r in rs if r["variant"] == "whole" and r["from_speech_end_ms"]]
@@ -208,26 +217,25 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
 
 def conversations(corpus: list[Utterance], splits: list[str],
                   order: int) -> list[list[Utterance]]:
-    """One per (split, voice), shuffled as bench_endpoint's ``learns`` rows shuffle them."""
-    rng = np.random.default_rng(order)
-    out = []
-    for key in dict.fromkeys((u.split, u.voice) for u in corpus):
-        talk = [u for u in corpus if (u.split, u.voice) == key]
-        shuffled = [talk[i] for i in rng.permutation(len(talk))]
-        if key[0] in splits:
-            out.append(shuffled)
-    return out
+    """One per (split, voice) of ``splits``, shuffled as bench_endpoint's ``learns`` rows."""
+    return [talk for talk in speaker_orders(corpus, order) if talk[0].split in splits]
 
 
 async def run(args: argparse.Namespace) -> int:
     from pipeline.turn import TurnConfig
     from services.assistant import load_assistant
     from services.replay_live import LiveOptions
+    from services.turn_options import EventWriter
 
     print("making the corpus with espeak-ng ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_corpus(Path(tmp))
-    talks = [t[:args.limit] for t in conversations(corpus, args.splits, args.order)]
+    talks = [t[:args.limit] for t in conversations(corpus, args.splits, args.order)
+             if not args.voices or t[0].voice in args.voices]
+    if not talks:
+        print("bench_endpoint_live: no conversation left: --voices names none of "
+              f"{sorted({u.voice for u in corpus})}", file=sys.stderr)
+        return 2
     options = LiveOptions(complete_ms=args.complete_ms, learn_pauses=args.learn_pauses)
     settings = {"order": args.order, "complete_ms": args.complete_ms,
                 "learn_pauses": args.learn_pauses, "max_sentences": args.max_sentences}
@@ -235,16 +243,18 @@ async def run(args: argparse.Namespace) -> int:
         max_sentences=args.max_sentences))
     rows: list[dict[str, Any]] = []
     args.out.mkdir(parents=True, exist_ok=True)
+    write_event = EventWriter(args.events)
     try:
         for i, talk in enumerate(talks, 1):
             print(f"[{i}/{len(talks)}] {talk[0].split}, voice {talk[0].voice}: "
                   f"{len(talk)} utterances", flush=True)
-            rows += await speak_conversation(assistant, talk, options)
+            rows += await speak_conversation(assistant, talk, options, [write_event])
             (args.out / "endpoint_live.json").write_text(json.dumps(
                 {"settings": settings, "utterances": rows}, indent=1, default=str) + "\n")
             (args.out / "endpoint_live.md").write_text(report(rows, settings))
     finally:
         await assistant.close()
+        write_event.close()
     print(report(rows, settings))
     print(f"report: {args.out / 'endpoint_live.md'} (every utterance: endpoint_live.json)")
     return 0
@@ -278,6 +288,12 @@ def main() -> int:
                     help="replies capped at N sentences (default 1: only their start counts)")
     ap.add_argument("--limit", type=int, default=None,
                     help="only the first N utterances of each conversation (a quick look)")
+    ap.add_argument("--voices", default="",
+                    type=lambda s: {x.strip() for x in s.split(",") if x.strip()},
+                    help="only these espeak-ng voices' conversations, e.g. en-029+f2")
+    ap.add_argument("--events", type=Path, default=None, metavar="FILE",
+                    help="every turn's events as JSON lines (docs/events.md), to see "
+                    "where a turn went")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "endpoint_live")
     ap.add_argument("--report-only", type=Path, metavar="DIR",
                     help="judge DIR/endpoint_live.json (a finished run) again and rewrite "

@@ -77,3 +77,19 @@ def test_each_speaker_is_one_conversation_in_bench_endpoints_order() -> None:
     rng = np.random.default_rng(1)
     rng.permutation(3)
     assert [x.name for x in talks[0]] == [f"test-b-{i}" for i in rng.permutation(4)]
+
+
+def test_the_report_counts_mid_sentence_pauses_apart_from_two_finished_sentences() -> None:
+    def r(text: str, variant: str, false: bool):
+        return {"name": text, "split": "test", "variant": variant, "text": text,
+                "voice": "v", "pause_ms": 600, "false_endpoint": false, "turns": [],
+                "from_speech_end_ms": None, "error": None}
+
+    rows = [r("Call my sister | after lunch.", "separate", True),  # part 1 could end
+            r("Call my sister | after lunch.", "ssml", False),
+            r("How do I fix a | flat tyre on my bike?", "separate", False),
+            r("How do I fix a | flat tyre on my bike?", "ssml", True)]
+    line = next(x for x in live.report(rows, {}).splitlines() if x.startswith("| test"))
+    # separate, ssml, both, mid-sentence (both ssml and the separate "How do I fix a")
+    assert line.split(" | ")[1:5] == ["1/2 (50 %)", "1/2 (50 %)", "2/4 (50 %)",
+                                      "1/3 (33 %)"]

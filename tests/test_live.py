@@ -404,3 +404,32 @@ async def test_a_turn_queued_behind_the_last_is_pending(llm) -> None:
     await until(lambda: len(turns) == 2)
     await until(lambda: not live.pending)
     await live.close()
+
+
+async def test_cancelling_a_speculation_queued_behind_a_confirmed_turn_leaves_that_turn(
+        llm) -> None:
+    """A speculation may start while the last one only finishes its hang-up, so one can be
+    queued behind a confirmed turn. When the user goes on speaking, only it is dropped: the
+    confirmed turn (running, not playing yet) is not, and it is answered."""
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Tell me about the")
+    seg, turns, live = taker(runner)
+    requested = asyncio.Event()
+    runner.listeners.append(lambda e: requested.set() if e.name == "llm.first_token" else None)
+    live.on_segment(pause(1.0))
+    await asyncio.wait_for(requested.wait(), 5)
+    live.on_segment(SpeechResumed(RATE, 300.0))  # A hangs up; its slot is checked next
+    runner.asr = CountingAsr("Tell me about the history of bicycles.", delay_s=0.5)
+    live.on_segment(pause(2.5))  # B, queued behind A's hang-up...
+    live.on_utterance(end(2.5))  # ...and confirmed
+    live.on_segment(pause(3.0))  # C: the next utterance paused while A still hangs up
+    assert live.stats.started == 3
+    await until(lambda: runner.busy and not runner.abandoning)  # B runs, C waits
+    live.on_segment(SpeechResumed(RATE, 300.0))  # the user went on: C is dropped
+    await until(lambda: turns)
+    await until(lambda: not live.pending)
+    await live.close()
+    assert [t.result.transcript for t in turns] == ["Tell me about the history of bicycles."]
+    assert turns[0].result.error is None and not turns[0].result.abandoned
+    assert live.stats.cancelled == 2 and live.stats.confirmed == 1
