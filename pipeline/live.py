@@ -257,9 +257,16 @@ class LiveTurnTaker:
         return (not self.runner.busy and self._spec is None
                 and self.segmenter.silence_ms <= _WARM_WHILE_SILENT_MS)
 
-    def on_utterance(self, utterance: UtteranceEnd) -> None:
+    def on_utterance(self, utterance: UtteranceEnd, during_playback: bool = False) -> None:
+        """The utterance ended. ``during_playback``: it began over the assistant's reply
+        and did not barge in (a backchannel, leaked echo): not a turn, and a speculation
+        started at its pause is dropped, or it would wait for a confirmation that never
+        comes, holding every later turn (a live replay hung on one for 180 s)."""
         if self.warmer is not None:
             self.warmer.silent()
+        if during_playback:
+            self._cancel_speculation("speech over the reply, not a turn")
+            return
         self._last_end_sample = utterance.end_sample
         if self.pauses is not None:
             self.pauses.utterance_ended()

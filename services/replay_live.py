@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from pipeline.live import LiveTurn, SpeculationStats
-    from pipeline.mic import UtteranceEnd
     from pipeline.turn import TurnRunner
 
 # A WAV that yields no turn (silence, a cough) is given up after its audio plus this.
@@ -101,12 +100,9 @@ class LiveConversation:
     async def __aenter__(self) -> LiveConversation:
         from pipeline.bargein import SustainedSpeech
 
-        def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
-            if not during_playback:
-                self.taker.on_utterance(u)
-
         self._tasks.spawn("mic", self._bargein.watch(
-            self._mic, self._segmenter, on_utterance, detector=SustainedSpeech(300.0),
+            self._mic, self._segmenter, self.taker.on_utterance,
+            detector=SustainedSpeech(300.0),
             on_segment=self.taker.on_segment))
         return self
 

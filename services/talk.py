@@ -230,8 +230,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     def on_utterance(u: UtteranceEnd, during_playback: bool) -> None:
         if during_playback:  # began over the assistant and did not barge in: not a turn
             log.info("ignored %.0f ms of speech over the reply", u.speech_ms)
-            return
-        live.on_utterance(u)
+        live.on_utterance(u, during_playback)
 
     def on_segment(ev: SegmentEvent) -> None:
         status.on_segment(ev, runner.busy)

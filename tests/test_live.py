@@ -433,3 +433,23 @@ async def test_cancelling_a_speculation_queued_behind_a_confirmed_turn_leaves_th
     assert [t.result.transcript for t in turns] == ["Tell me about the history of bicycles."]
     assert turns[0].result.error is None and not turns[0].result.abandoned
     assert live.stats.cancelled == 2 and live.stats.confirmed == 1
+
+
+async def test_speech_over_the_reply_that_did_not_barge_in_drops_its_speculation(llm) -> None:
+    """A backchannel that began over the reply paused (a speculation started) and ended
+    without cutting in: not a turn. Its speculation is dropped, not left waiting for a
+    confirmation that never comes, and the next utterance is answered."""
+    fake, client = llm
+    runner = await make_runner(fake, client, max_sentences=1)
+    runner.asr = FakeAsr("Okay, sure.")
+    seg, turns, live = taker(runner)
+    live.on_segment(pause(0.6))
+    await until(lambda: runner.busy)
+    live.on_utterance(end(0.6), during_playback=True)
+    await until(lambda: not runner.busy and not live.pending)
+    assert turns == [] and live.stats.cancelled == 1 and live.stats.confirmed == 0
+    runner.asr = FakeAsr("Why is the sky blue?")
+    live.on_utterance(end(1.5))
+    await until(lambda: turns)
+    await live.close()
+    assert [t.result.transcript for t in turns] == ["Why is the sky blue?"]
