@@ -22,7 +22,12 @@ pipeline's clocks) and the endpoint wait.
 
     flock /tmp/cpu.lock .venv/bin/python scripts/bench_endpoint_live.py --llm-url URL
         [--splits test,fresh] [--order 1] [--out out/endpoint_live] [--no-learn-pauses]
-        [--complete-ms MS]
+        [--complete-ms MS] [--voices en-029+f2,...] [--limit N] [--events FILE]
+
+``--voices`` and ``--limit`` speak a part of it (one speaker, the first N of each
+conversation: to reproduce one utterance's turns); ``--events`` writes every turn's events
+as JSON lines (docs/events.md) to see where a turn went. ``--report-only DIR`` judges a
+finished run again.
 
 About 7 s of real time per utterance (test: 120, fresh: 80; ~25 minutes for both).
 Writes endpoint_live.json (every utterance, its turns) and endpoint_live.md, after each
