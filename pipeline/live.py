@@ -24,10 +24,9 @@ and nothing the user said is lost.
 ``LiveTurnTaker`` is fed by the one microphone reader (``BargeIn.watch``): ``on_segment``
 for every segmenter event and ``on_utterance`` for every finished utterance (one that began
 over the reply and did not barge in is not a turn: only its speculation is dropped). It
-runs the
-turns one after another and reports each finished one to ``on_turn`` with a ``LiveTurn``
-(the endpoint wait and what speculation did). ``speculate=False`` is today's behaviour:
-a turn per finished utterance, a fixed end silence.
+runs the turns one after another and reports each finished one to ``on_turn`` with a
+``LiveTurn`` (the endpoint wait and what speculation did). ``speculate=False`` is today's
+behaviour: a turn per finished utterance, a fixed end silence.
 """
 
 from __future__ import annotations

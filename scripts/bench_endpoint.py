@@ -629,6 +629,12 @@ def could_end(row: dict[str, object]) -> bool:
     return first_part_could_end(str(row["text"]).split(" | ")[0])
 
 
+def mid_sentence(row: dict[str, object]) -> bool:
+    """Paused mid-sentence: every ssml utterance, and the separate ones whose first part
+    could not end a request (the rest are two sentences, each said as finished)."""
+    return not (row["variant"] == "separate" and could_end(row))
+
+
 def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
     lines = ["| endpoint | false: separate | false: ssml | false: both "
              "| false where part 1 could end | false: mid-sentence "
@@ -645,7 +651,7 @@ def table(results: dict[str, list[dict[str, object]]], split: str) -> str:
         ssml = [r for r in rows if r["variant"] == "ssml"]
         whole = waits([r for r in rows if r["variant"] == "whole"])
         could = [r for r in sep + ssml if could_end(r)]
-        mid = [r for r in sep + ssml if not (r["variant"] == "separate" and could_end(r))]
+        mid = [r for r in sep + ssml if mid_sentence(r)]
         lines.append(f"| {label} | {rate(sep)} | {rate(ssml)} | {rate(sep + ssml)} "
                      f"| {rate(could)} | {rate(mid)} "
                      f"| {quantile(whole, 0.5)} / {mean(whole)} / {quantile(whole, 0.95)} "

@@ -54,8 +54,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_endpoint import (  # noqa: E402
     LEAD_S,
     Utterance,
-    could_end,
     make_corpus,
+    mid_sentence,
     speaker_orders,
 )
 
@@ -191,7 +191,7 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         rs = [r for r in rows if r["split"] == split]
         cells = []
         paused = [r for r in rs if r["variant"] in ("separate", "ssml")]
-        mid = [r for r in paused if not (r["variant"] == "separate" and could_end(r))]
+        mid = [r for r in paused if mid_sentence(r)]
         for vs in ([r for r in rs if r["variant"] == "separate"],
                    [r for r in rs if r["variant"] == "ssml"], paused, mid):
             n = sum(r["false_endpoint"] for r in vs)
