@@ -193,7 +193,9 @@ class PageSpeculator:
         spec.cancelled = True
         spec.utterance.cancelled += 1
         if spec.running:  # not started yet: run_turn finds it cancelled and skips it
-            self.runner.abandon(reason)
+            # Its own turn only, as LiveTurnTaker does (the page runs one turn at a time,
+            # so the running one is this one; the number keeps that true if it changes).
+            self.runner.abandon(reason, spec.turn)
 
     def end(self, endpoint_ms: float) -> bool:
         """The page ended the utterance: True if its speculation is confirmed (no new
