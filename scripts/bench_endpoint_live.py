@@ -21,15 +21,21 @@ reports first audio from the end of speech (``first_audio_from_speech_end_ms``, 
 pipeline's clocks) and the endpoint wait.
 
     flock /tmp/cpu.lock .venv/bin/python scripts/bench_endpoint_live.py --llm-url URL
-        [--splits test,fresh] [--order 1] [--out out/endpoint_live] [--no-learn-pauses]
-        [--complete-ms MS] [--voices en-029+f2,...] [--limit N] [--events FILE]
+        [--splits test,fresh] [--order 1] [--out out/endpoint_live]
+        [--learn-pauses on|off|both] [--complete-ms MS] [--voices en-029+f2,...]
+        [--limit N] [--events FILE]
+
+``--learn-pauses both`` speaks every conversation twice, learning the speaker's pauses and
+not (which goes first alternates from speaker to speaker), and reports the two side by
+side: what learning buys, measured in one run on the same utterances.
 
 ``--voices`` and ``--limit`` speak a part of it (one speaker, the first N of each
 conversation: to reproduce one utterance's turns); ``--events`` writes every turn's events
 as JSON lines (docs/events.md) to see where a turn went. ``--report-only DIR`` judges a
 finished run again.
 
-About 7 s of real time per utterance (test: 120, fresh: 80; ~25 minutes for both).
+About 7 s of real time per utterance (test: 120, fresh: 80; ~25 minutes for both; twice
+that with ``--learn-pauses both``).
 Writes endpoint_live.json (every utterance, its turns) and endpoint_live.md, after each
 conversation, so a stopped run keeps what it measured. It is a benchmark: nothing else on
 the CPU.
@@ -175,6 +181,62 @@ def progress(r: dict[str, Any]) -> str:
                                                      r["false_endpoint"] else "")
 
 
+def condition(r: dict[str, Any], settings: dict[str, Any]) -> str:
+    """"learning" or "no learning": the row's own (a paired run), else the run's setting."""
+    learn = r.get("learn_pauses", settings.get("learn_pauses", True))
+    return "learning" if learn in (True, "on") else "no learning"
+
+
+def counts(rs: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(false endpoints, utterances): separate, ssml, both, mid-sentence."""
+    paused = [r for r in rs if r["variant"] in ("separate", "ssml")]
+    groups = ([r for r in rs if r["variant"] == "separate"],
+              [r for r in rs if r["variant"] == "ssml"], paused,
+              [r for r in paused if mid_sentence(r)])
+    return [(sum(r["false_endpoint"] for r in vs), len(vs)) for vs in groups]
+
+
+def whole_from_speech_end(rs: list[dict[str, Any]]) -> list[float]:
+    return [r["from_speech_end_ms"] for r in rs
+            if r["variant"] == "whole" and r["from_speech_end_ms"]]
+
+
+def split_line(label: str, rs: list[dict[str, Any]]) -> str:
+    cells = [f"{n}/{of} ({100 * n / of:.0f} %)" if of else "-" for n, of in counts(rs)]
+    fa = whole_from_speech_end(rs)
+    waits = [t["endpoint"]["wait_ms"] for r in rs if r["variant"] == "whole"
+             and r["from_speech_end_ms"] for t in r["turns"][-1:] if t["endpoint"]]
+    fa_cell = (f"{statistics.median(fa):.0f} / {statistics.fmean(fa):.0f} / "
+               f"{pct(fa, 0.95):.0f}" if fa else "-")
+    wait_cell = f"{statistics.median(waits):.0f}" if waits else "-"
+    ready = [t["ready_ms"] for r in rs for t in r["turns"][:1]
+             if t["speculative"] and t.get("ready_ms") is not None]
+    ready_cell = f"{statistics.median(ready):.0f}" if ready else "-"
+    caught = sum(len(r["turns"]) > 1 and not r["turns"][0]["played"] for r in rs)
+    return (f"| {label} | {' | '.join(cells)} | {fa_cell} | {wait_cell} | {ready_cell} | "
+            f"{caught} | {sum(r['error'] is not None for r in rs)} |")
+
+
+def paired(rows: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
+    """Learning on vs off, the same utterances in the same run, side by side."""
+    lines = ["", "## Learning the speaker's pauses vs not, same run", "",
+             "| split | false, all paused: learning / not | false, mid-sentence: learning "
+             "/ not | whole questions from speech end p50: learning / not (ratio) |",
+             "|---|---:|---:|---:|"]
+    for split in dict.fromkeys(r["split"] for r in rows):
+        on = [r for r in rows if r["split"] == split and condition(r, settings) == "learning"]
+        off = [r for r in rows if r["split"] == split and condition(r, settings) != "learning"]
+        (_, _, all_on, mid_on), (_, _, all_off, mid_off) = counts(on), counts(off)
+        fa_on, fa_off = whole_from_speech_end(on), whole_from_speech_end(off)
+        p50 = "-"
+        if fa_on and fa_off:
+            a, b = statistics.median(fa_on), statistics.median(fa_off)
+            p50 = f"{a:.0f} / {b:.0f} ({a / b:.2f}x)"
+        lines.append(f"| {split} | {all_on[0]}/{all_on[1]} / {all_off[0]}/{all_off[1]} | "
+                     f"{mid_on[0]}/{mid_on[1]} / {mid_off[0]}/{mid_off[1]} | {p50} |")
+    return lines
+
+
 def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     lines = ["# False endpoints on the live path (scripts/bench_endpoint_live.py)", "",
              f"Settings: {json.dumps(settings)}. A false endpoint: a reply started playing "
@@ -187,35 +249,22 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
              "from speech end p50 / mean / p95 ms | endpoint p50 ms | reply ready after "
              "the pause p50 ms | ended at the pause, cut before it played | no turn |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    both = len({condition(r, settings) for r in rows}) > 1
     for split in dict.fromkeys(r["split"] for r in rows):
-        rs = [r for r in rows if r["split"] == split]
-        cells = []
-        paused = [r for r in rs if r["variant"] in ("separate", "ssml")]
-        mid = [r for r in paused if mid_sentence(r)]
-        for vs in ([r for r in rs if r["variant"] == "separate"],
-                   [r for r in rs if r["variant"] == "ssml"], paused, mid):
-            n = sum(r["false_endpoint"] for r in vs)
-            cells.append(f"{n}/{len(vs)} ({100 * n / len(vs):.0f} %)" if vs else "-")
-        whole = [r for r in rs if r["variant"] == "whole" and r["from_speech_end_ms"]]
-        fa = [r["from_speech_end_ms"] for r in whole]
-        waits = [t["endpoint"]["wait_ms"] for r in whole for t in r["turns"][-1:]
-                 if t["endpoint"]]
-        fa_cell = (f"{statistics.median(fa):.0f} / {statistics.fmean(fa):.0f} / "
-                   f"{pct(fa, 0.95):.0f}" if fa else "-")
-        wait_cell = f"{statistics.median(waits):.0f}" if waits else "-"
-        ready = [t["ready_ms"] for r in rs for t in r["turns"][:1]
-                 if t["speculative"] and t.get("ready_ms") is not None]
-        ready_cell = f"{statistics.median(ready):.0f}" if ready else "-"
-        caught = sum(len(r["turns"]) > 1 and not r["turns"][0]["played"] for r in rs)
-        lines.append(f"| {split} | {' | '.join(cells)} | {fa_cell} | {wait_cell} | "
-                     f"{ready_cell} | {caught} | {sum(r['error'] is not None for r in rs)} |")
+        for cond in ("learning", "no learning"):
+            rs = [r for r in rows if r["split"] == split and condition(r, settings) == cond]
+            if rs:
+                lines.append(split_line(f"{split}, {cond}" if both else split, rs))
+    if both:
+        lines += paired(rows, settings)
     lines += ["", "## The false endpoints", ""]
     for r in rows:
         if r["false_endpoint"]:
             said = " → ".join(repr(t["transcript"]) for t in r["turns"])
             why = [f"{t['endpoint']['reason']} {t['endpoint']['wait_ms']}"
                    for t in r["turns"] if t["endpoint"]]
-            lines.append(f"- {r['name']} ({r['voice']}, pause {r['pause_ms']} ms): "
+            cond = f", {condition(r, settings)}" if both else ""
+            lines.append(f"- {r['name']} ({r['voice']}, pause {r['pause_ms']} ms{cond}): "
                          f"{said}; endpoint {', '.join(why) or '-'}")
     return "\n".join(lines) + "\n"
 
@@ -224,6 +273,14 @@ def conversations(corpus: list[Utterance], splits: list[str],
                   order: int) -> list[list[Utterance]]:
     """One per (split, voice) of ``splits``, shuffled as bench_endpoint's ``learns`` rows."""
     return [talk for talk in speaker_orders(corpus, order) if talk[0].split in splits]
+
+
+def learning_order(learn_pauses: str, speaker: int) -> list[bool]:
+    """The conditions a speaker's conversation is spoken in: "both" alternates which
+    goes first from speaker to speaker, so drift in the host falls on each alike."""
+    if learn_pauses != "both":
+        return [learn_pauses == "on"]
+    return [True, False] if speaker % 2 else [False, True]
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -241,7 +298,6 @@ async def run(args: argparse.Namespace) -> int:
         print("bench_endpoint_live: no conversation left: --voices names none of "
               f"{sorted({u.voice for u in corpus})}", file=sys.stderr)
         return 2
-    options = LiveOptions(complete_ms=args.complete_ms, learn_pauses=args.learn_pauses)
     settings = {"order": args.order, "complete_ms": args.complete_ms,
                 "learn_pauses": args.learn_pauses, "max_sentences": args.max_sentences}
     assistant = await load_assistant(args.llm_url, config=TurnConfig(
@@ -251,9 +307,13 @@ async def run(args: argparse.Namespace) -> int:
     write_event = EventWriter(args.events)
     try:
         for i, talk in enumerate(talks, 1):
-            print(f"[{i}/{len(talks)}] {talk[0].split}, voice {talk[0].voice}: "
-                  f"{len(talk)} utterances", flush=True)
-            rows += await speak_conversation(assistant, talk, options, [write_event])
+            for learn in learning_order(args.learn_pauses, i):
+                print(f"[{i}/{len(talks)}] {talk[0].split}, voice {talk[0].voice}: "
+                      f"{len(talk)} utterances, {'' if learn else 'not '}learning "
+                      "their pauses", flush=True)
+                options = LiveOptions(complete_ms=args.complete_ms, learn_pauses=learn)
+                said = await speak_conversation(assistant, talk, options, [write_event])
+                rows += [r | {"learn_pauses": learn} for r in said]
             (args.out / "endpoint_live.json").write_text(json.dumps(
                 {"settings": settings, "utterances": rows}, indent=1, default=str) + "\n")
             (args.out / "endpoint_live.md").write_text(report(rows, settings))
@@ -288,7 +348,11 @@ def main() -> int:
     ap.add_argument("--order", type=int, default=1,
                     help="the shuffle of each speaker's utterances (bench_endpoint's seeds)")
     ap.add_argument("--complete-ms", type=int, default=EndpointPolicy.complete_ms)
-    ap.add_argument("--no-learn-pauses", dest="learn_pauses", action="store_false")
+    ap.add_argument("--learn-pauses", choices=("on", "off", "both"), default="on",
+                    help="learn each speaker's pauses (talk's default), not, or both: "
+                    "every conversation spoken twice, the two side by side in one report")
+    ap.add_argument("--no-learn-pauses", dest="learn_pauses", action="store_const",
+                    const="off", help="the same as --learn-pauses off")
     ap.add_argument("--max-sentences", type=int, default=1,
                     help="replies capped at N sentences (default 1: only their start counts)")
     ap.add_argument("--limit", type=int, default=None,

@@ -93,3 +93,32 @@ def test_the_report_counts_mid_sentence_pauses_apart_from_two_finished_sentences
     # separate, ssml, both, mid-sentence (both ssml and the separate "How do I fix a")
     assert line.split(" | ")[1:5] == ["1/2 (50 %)", "1/2 (50 %)", "2/4 (50 %)",
                                       "1/3 (33 %)"]
+
+
+def test_learning_both_ways_alternates_which_goes_first_and_reports_them_side_by_side(
+        ) -> None:
+    assert live.learning_order("on", 1) == [True]
+    assert live.learning_order("off", 2) == [False]
+    assert [live.learning_order("both", i) for i in (1, 2)] == [[True, False],
+                                                               [False, True]]
+
+    def r(variant: str, false: bool, learn: bool, ms: float | None = None):
+        return {"name": "n", "split": "fresh", "variant": variant,
+                "text": "How do I fix a | flat tyre on my bike?", "voice": "v",
+                "pause_ms": 600, "false_endpoint": false, "turns": [],
+                "from_speech_end_ms": ms, "error": None, "learn_pauses": learn}
+
+    rows = [r("ssml", True, False), r("ssml", False, True), r("separate", True, False),
+            r("separate", False, True), r("whole", False, True, 900.0),
+            r("whole", False, False, 600.0)]
+    text = live.report(rows, {"learn_pauses": "both"})
+    lines = text.splitlines()
+    assert next(x for x in lines if x.startswith("| fresh, learning |")).split(
+        " | ")[3] == "0/2 (0 %)"
+    assert next(x for x in lines if x.startswith("| fresh, no learning |")).split(
+        " | ")[3] == "2/2 (100 %)"
+    pair = lines[lines.index("## Learning the speaker's pauses vs not, same run") + 4]
+    assert pair == "| fresh | 0/2 / 2/2 | 0/2 / 2/2 | 900 / 600 (1.50x) |"
+    # a run of one condition keeps its one row per split
+    single = live.report([x for x in rows if x["learn_pauses"]], {"learn_pauses": "on"})
+    assert "| fresh | " in single and "vs not" not in single
