@@ -18,7 +18,9 @@ the reply started before the last word ended (``started_early``). A turn taken a
 but cut by the rest of the request before a sample of it played is not one (nothing was
 heard; its words went into the next turn, which answers the whole). For the whole questions it
 reports first audio from the end of speech (``first_audio_from_speech_end_ms``, the
-pipeline's clocks) and the endpoint wait.
+pipeline's clocks, from Silero's last voiced window), from the last sound (the same, moved
+to the utterance's last sample over 0.01: Silero often takes a quiet last consonant for
+silence) and the endpoint wait. The replies play into a real-time null sink: no device.
 
     flock /tmp/cpu.lock .venv/bin/python scripts/bench_endpoint_live.py --llm-url URL
         [--splits test,fresh] [--order 1] [--out out/endpoint_live]
@@ -103,10 +105,19 @@ def started_early(turn: HeardTurn, utterance_voiced_s: float) -> bool:
     short of the utterance's voice (a pause taken for the end, or a quiet last syllable
     the VAD heard as silence); the reply started that long after the turn's last voiced
     window (``from_speech_end_ms``). Unknown audio or no reply counts as no."""
-    if turn.voiced_s is None or turn.from_speech_end_ms is None:
+    missing = unheard_ms(turn.voiced_s, utterance_voiced_s)
+    if missing is None or turn.from_speech_end_ms is None:
         return False
-    missing_s = utterance_voiced_s - (turn.voiced_s - PRE_ROLL_S)
-    return turn.from_speech_end_ms < missing_s * 1000
+    return turn.from_speech_end_ms < missing
+
+
+def unheard_ms(turn_voiced_s: float | None, utterance_voiced_s: float) -> float | None:
+    """How much of the utterance's voice comes after the turn's last voiced window: the
+    rest of a paused utterance, or a quiet ending Silero took for silence ("... my wife":
+    the "f"). Measured on the made audio (samples over 0.01), not on the VAD."""
+    if turn_voiced_s is None:
+        return None
+    return (utterance_voiced_s - (turn_voiced_s - PRE_ROLL_S)) * 1000
 
 
 def false_endpoint(turns: list[HeardTurn], utterance_voiced_s: float) -> bool:
@@ -201,6 +212,19 @@ def whole_from_speech_end(rs: list[dict[str, Any]]) -> list[float]:
             if r["variant"] == "whole" and r["from_speech_end_ms"]]
 
 
+def whole_from_last_sound(rs: list[dict[str, Any]]) -> list[float]:
+    """First audio of the whole questions' replies from their last loud sample (the
+    pipeline's speech end is Silero's last voiced window, which can come earlier)."""
+    out = []
+    for r in rs:
+        if r["variant"] != "whole" or not r["from_speech_end_ms"] or not r["turns"]:
+            continue
+        unheard = unheard_ms(r["turns"][-1]["voiced_s"], r["voiced_s"])
+        if unheard is not None:
+            out.append(r["from_speech_end_ms"] - unheard)
+    return out
+
+
 def split_line(label: str, rs: list[dict[str, Any]]) -> str:
     cells = [f"{n}/{of} ({100 * n / of:.0f} %)" if of else "-" for n, of in counts(rs)]
     fa = whole_from_speech_end(rs)
@@ -208,12 +232,16 @@ def split_line(label: str, rs: list[dict[str, Any]]) -> str:
              and r["from_speech_end_ms"] for t in r["turns"][-1:] if t["endpoint"]]
     fa_cell = (f"{statistics.median(fa):.0f} / {statistics.fmean(fa):.0f} / "
                f"{pct(fa, 0.95):.0f}" if fa else "-")
+    sound = whole_from_last_sound(rs)
+    sound_cell = (f"{statistics.median(sound):.0f} / {statistics.fmean(sound):.0f}"
+                  if sound else "-")
     wait_cell = f"{statistics.median(waits):.0f}" if waits else "-"
     ready = [t["ready_ms"] for r in rs for t in r["turns"][:1]
              if t["speculative"] and t.get("ready_ms") is not None]
     ready_cell = f"{statistics.median(ready):.0f}" if ready else "-"
     caught = sum(len(r["turns"]) > 1 and not r["turns"][0]["played"] for r in rs)
-    return (f"| {label} | {' | '.join(cells)} | {fa_cell} | {wait_cell} | {ready_cell} | "
+    return (f"| {label} | {' | '.join(cells)} | {fa_cell} | {sound_cell} | {wait_cell} | "
+            f"{ready_cell} | "
             f"{caught} | {sum(r['error'] is not None for r in rs)} |")
 
 
@@ -221,13 +249,13 @@ def paired(rows: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
     """Learning on vs off, the same utterances in the same run, side by side."""
     lines = ["", "## Learning the speaker's pauses vs not, same run", "",
              "| split | false, all paused: learning / not | false, mid-sentence: learning "
-             "/ not | whole questions from speech end p50: learning / not (ratio) |",
+             "/ not | whole questions from the last sound p50: learning / not (ratio) |",
              "|---|---:|---:|---:|"]
     for split in dict.fromkeys(r["split"] for r in rows):
         on = [r for r in rows if r["split"] == split and condition(r, settings) == "learning"]
         off = [r for r in rows if r["split"] == split and condition(r, settings) != "learning"]
         (_, _, all_on, mid_on), (_, _, all_off, mid_off) = counts(on), counts(off)
-        fa_on, fa_off = whole_from_speech_end(on), whole_from_speech_end(off)
+        fa_on, fa_off = whole_from_last_sound(on), whole_from_last_sound(off)
         p50 = "-"
         if fa_on and fa_off:
             a, b = statistics.median(fa_on), statistics.median(fa_off)
@@ -246,9 +274,10 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
              "not end a request; the rest are two sentences, each said as finished.", "",
              "| split | false: separate | false: ssml | false: both | false: mid-sentence "
              "| whole questions: "
-             "from speech end p50 / mean / p95 ms | endpoint p50 ms | reply ready after "
+             "from speech end p50 / mean / p95 ms | from the last sound p50 / mean ms | "
+             "endpoint p50 ms | reply ready after "
              "the pause p50 ms | ended at the pause, cut before it played | no turn |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     both = len({condition(r, settings) for r in rows}) > 1
     for split in dict.fromkeys(r["split"] for r in rows):
         for cond in ("learning", "no learning"):
