@@ -207,17 +207,26 @@ def counts(rs: list[dict[str, Any]]) -> list[tuple[int, int]]:
     return [(sum(r["false_endpoint"] for r in vs), len(vs)) for vs in groups]
 
 
+def of_condition(rows: list[dict[str, Any]], split: str, cond: str,
+                 settings: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["split"] == split and condition(r, settings) == cond]
+
+
+def answered_whole(rs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The whole questions whose reply played (first audio timed)."""
+    return [r for r in rs if r["variant"] == "whole" and r["from_speech_end_ms"]]
+
+
 def whole_from_speech_end(rs: list[dict[str, Any]]) -> list[float]:
-    return [r["from_speech_end_ms"] for r in rs
-            if r["variant"] == "whole" and r["from_speech_end_ms"]]
+    return [r["from_speech_end_ms"] for r in answered_whole(rs)]
 
 
 def whole_from_last_sound(rs: list[dict[str, Any]]) -> list[float]:
     """First audio of the whole questions' replies from their last loud sample (the
     pipeline's speech end is Silero's last voiced window, which can come earlier)."""
     out = []
-    for r in rs:
-        if r["variant"] != "whole" or not r["from_speech_end_ms"] or not r["turns"]:
+    for r in answered_whole(rs):
+        if not r["turns"]:
             continue
         unheard = unheard_ms(r["turns"][-1]["voiced_s"], r["voiced_s"])
         if unheard is not None:
@@ -228,8 +237,8 @@ def whole_from_last_sound(rs: list[dict[str, Any]]) -> list[float]:
 def split_line(label: str, rs: list[dict[str, Any]]) -> str:
     cells = [f"{n}/{of} ({100 * n / of:.0f} %)" if of else "-" for n, of in counts(rs)]
     fa = whole_from_speech_end(rs)
-    waits = [t["endpoint"]["wait_ms"] for r in rs if r["variant"] == "whole"
-             and r["from_speech_end_ms"] for t in r["turns"][-1:] if t["endpoint"]]
+    waits = [t["endpoint"]["wait_ms"] for r in answered_whole(rs) for t in r["turns"][-1:]
+             if t["endpoint"]]
     fa_cell = (f"{statistics.median(fa):.0f} / {statistics.fmean(fa):.0f} / "
                f"{pct(fa, 0.95):.0f}" if fa else "-")
     sound = whole_from_last_sound(rs)
@@ -252,8 +261,8 @@ def paired(rows: list[dict[str, Any]], settings: dict[str, Any]) -> list[str]:
              "/ not | whole questions from the last sound p50: learning / not (ratio) |",
              "|---|---:|---:|---:|"]
     for split in dict.fromkeys(r["split"] for r in rows):
-        on = [r for r in rows if r["split"] == split and condition(r, settings) == "learning"]
-        off = [r for r in rows if r["split"] == split and condition(r, settings) != "learning"]
+        on = of_condition(rows, split, "learning", settings)
+        off = of_condition(rows, split, "no learning", settings)
         (_, _, all_on, mid_on), (_, _, all_off, mid_off) = counts(on), counts(off)
         fa_on, fa_off = whole_from_last_sound(on), whole_from_last_sound(off)
         p50 = "-"
@@ -281,7 +290,7 @@ def report(rows: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     both = len({condition(r, settings) for r in rows}) > 1
     for split in dict.fromkeys(r["split"] for r in rows):
         for cond in ("learning", "no learning"):
-            rs = [r for r in rows if r["split"] == split and condition(r, settings) == cond]
+            rs = of_condition(rows, split, cond, settings)
             if rs:
                 lines.append(split_line(f"{split}, {cond}" if both else split, rs))
     if both:
