@@ -54,9 +54,9 @@ from pipeline.mic import (
 )
 from pipeline.pauses import PauseHabit
 from pipeline.prosody import ProsodyCue, final_cue
-from pipeline.rejoin import REJOIN_S, CutWords
+from pipeline.rejoin import REJOIN_S, CutWords, Rejoined
 from pipeline.tasks import TaskSet
-from pipeline.turn import Rejoined, TurnResult, TurnRunner
+from pipeline.turn import TurnResult, TurnRunner
 from pipeline.warm import EngineWarmer
 
 log = logging.getLogger(__name__)

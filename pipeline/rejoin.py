@@ -18,9 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from pipeline.turn import Rejoined
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pipeline.turn import TurnResult
@@ -32,6 +30,37 @@ log = logging.getLogger(__name__)
 # cut it began before the cut, so this only bounds a next utterance after a silence: by
 # then the user has let the request go or will say it again.
 REJOIN_S = 3.0
+
+
+@dataclass(frozen=True)
+class Rejoined:
+    """The user's words of an earlier turn, carried into this one (live turn-taking,
+    ``pipeline.live``): that turn was cut by the user's voice before enough of its reply was
+    heard to keep it, so its question never entered the history. ``text`` is the user
+    message it sent (itself joined if it carried words from before), ``turn`` its number."""
+
+    text: str
+    turn: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "turn": self.turn}
+
+
+def join_transcripts(earlier: str, new: str) -> str:
+    """One user message from two transcripts: "Call my sister." + "After lunch." ->
+    "Call my sister. After lunch." Each keeps Whisper's own punctuation; the full stop
+    Whisper put at the pause reads as a sentence break, which is how it was said. Where it
+    put none, the sentence goes on, so the capital Whisper gives every utterance's first
+    word goes ("Call my sister" + "After lunch." -> "Call my sister after lunch."), but
+    not that of "I" or of a word in capitals ("TV")."""
+    earlier, new = earlier.strip(), new.strip()
+    if not (earlier and new):
+        return earlier or new
+    first = new.split(maxsplit=1)[0]
+    goes_on = not earlier.endswith((".", "?", "!", "…"))
+    if goes_on and first[:1].isupper() and first[1:2].islower():
+        new = new[0].lower() + new[1:]
+    return f"{earlier} {new}"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +47,9 @@ from pipeline.llm_client import (
 )
 from pipeline.metrics import TurnMetrics, turn_metrics
 from pipeline.outlet import Outlet
+from pipeline.rejoin import Rejoined, join_transcripts
 from pipeline.splitter import PHRASE_STARTS, SentenceSplitter, SpeechChunker
+from pipeline.stages import ConfidentTranscriber, Synthesizer, Transcriber, engine_of
 from pipeline.tasks import TaskSet
 from pipeline.tts import speakable, trim_leading_silence
 
@@ -55,90 +57,6 @@ log = logging.getLogger(__name__)
 
 FRESH_TEMPERATURE = 0.8  # the retry of a reply that said nothing aloud
 MODES = ("streamed", "serial")
-
-
-class Transcriber(Protocol):
-    def transcribe(self, audio: np.ndarray) -> str: ...
-
-
-class Recognition(Protocol):
-    text: str
-    avg_logprob: float
-    last_word_prob: float | None
-
-    @property
-    def redone(self) -> str: ...  # how a looped decode was redone ("" if it was not)
-
-
-@runtime_checkable
-class ConfidentTranscriber(Protocol):
-    """A transcriber that also says how sure it was (``pipeline.asr.WhisperAsr``): the
-    live endpoint policy trusts Whisper's punctuation only when Whisper was sure."""
-
-    def transcribe(self, audio: np.ndarray) -> str: ...
-
-    def recognize(self, audio: np.ndarray) -> Recognition: ...
-
-
-class Synthesizer(Protocol):
-    sample_rate: int
-
-    def synthesize(self, text: str) -> np.ndarray: ...
-
-    def abort(self, thread_id: int | None = None) -> None:
-        """Stop the synthesis running in ``thread_id`` now (barge-in)."""
-
-
-# The engines a command plugs in (services/engines.py): in-process (pipeline.asr.WhisperAsr,
-# pipeline.tts.PiperTts) or a Wyoming server (pipeline.wyoming_asr, pipeline.wyoming_tts).
-# Both kinds are blocking and run in worker threads, so the turn treats them alike;
-# ``engine`` ("local" or "wyoming://HOST:PORT") goes into asr.start and tts.start.
-class AsrEngine(Transcriber, Protocol):
-    engine: str
-
-    def load(self) -> None: ...
-
-
-class TtsEngine(Synthesizer, Protocol):
-    engine: str
-
-    def load(self) -> None: ...
-
-
-def engine_of(stage: object) -> str:
-    """The ``engine`` of an ASR/TTS object ("local" for fakes that do not say)."""
-    return str(getattr(stage, "engine", "local"))
-
-
-@dataclass(frozen=True)
-class Rejoined:
-    """The user's words of an earlier turn, carried into this one (live turn-taking,
-    ``pipeline.live``): that turn was cut by the user's voice before enough of its reply was
-    heard to keep it, so its question never entered the history. ``text`` is the user
-    message it sent (itself joined if it carried words from before), ``turn`` its number."""
-
-    text: str
-    turn: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "turn": self.turn}
-
-
-def join_transcripts(earlier: str, new: str) -> str:
-    """One user message from two transcripts: "Call my sister." + "After lunch." ->
-    "Call my sister. After lunch." Each keeps Whisper's own punctuation; the full stop
-    Whisper put at the pause reads as a sentence break, which is how it was said. Where it
-    put none, the sentence goes on, so the capital Whisper gives every utterance's first
-    word goes ("Call my sister" + "After lunch." -> "Call my sister after lunch."), but
-    not that of "I" or of a word in capitals ("TV")."""
-    earlier, new = earlier.strip(), new.strip()
-    if not (earlier and new):
-        return earlier or new
-    first = new.split(maxsplit=1)[0]
-    goes_on = not earlier.endswith((".", "?", "!", "…"))
-    if goes_on and first[:1].isupper() and first[1:2].islower():
-        new = new[0].lower() + new[1:]
-    return f"{earlier} {new}"
 
 
 class TurnError(Exception):

@@ -18,7 +18,8 @@ from pipeline.audio_out import AudioSink
 from pipeline.conversation import Conversation
 from pipeline.events import Listener
 from pipeline.llm_client import LlmClient
-from pipeline.turn import AsrClock, AsrEngine, TtsEngine, TurnConfig, TurnRunner
+from pipeline.stages import AsrEngine, TtsEngine
+from pipeline.turn import AsrClock, TurnConfig, TurnRunner
 from services import models
 from services.engines import Engine, parse_engine
 from services.errors import UserError

@@ -88,9 +88,8 @@ from pipeline.bargein import BargeIn
 from pipeline.conversation import Conversation
 from pipeline.events import Event, EventName
 from pipeline.pauses import PauseHabit
-from pipeline.rejoin import CutWords
+from pipeline.rejoin import CutWords, join_transcripts
 from pipeline.tasks import TaskSet
-from pipeline.turn import join_transcripts
 from services.api_slots import Lease, QueueTimeout, SlotPool
 from services.timeline import marks, rejoined_of, stage_spans
 from services.web_live import PageSpeculator, Speculation, UtteranceSpeculation

@@ -19,7 +19,8 @@ from pipeline.events import Event, EventName
 from pipeline.live import LiveTurn
 from pipeline.mic import SpeechResumed, SpeechStart
 from pipeline.pauses import PauseHabit
-from pipeline.turn import TurnResult, TurnRunner, join_transcripts
+from pipeline.rejoin import join_transcripts
+from pipeline.turn import TurnResult, TurnRunner
 
 
 class HalfSecondVoice(FakeTts):
