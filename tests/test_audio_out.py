@@ -195,6 +195,10 @@ async def main():
     started = time.monotonic()
     full = await sink.play(tone)
     full_s = time.monotonic() - started
+    blocks = sink.heard_blocks()
+    ends = [at + n / 22050 for at, n in blocks[:-1]]
+    worst_gap = max((b[0] - end for b, end in zip(blocks[1:], ends)), default=0.0)
+    in_blocks = sum(n for _, n in blocks)
     task = asyncio.create_task(sink.play(np.concatenate([tone] * 3)))
     await asyncio.sleep(0.3)
     stopped_at = time.monotonic()
@@ -207,6 +211,7 @@ async def main():
     sink.resume()
     await sink.close()
     print(json.dumps(dict(n=tone.size, full=full, full_s=full_s, part=part, stop_s=stop_s,
+                          in_blocks=in_blocks, worst_gap=worst_gap, first=blocks[0][0] - started,
                           after_stop=after_stop, part_heard=part_heard,
                           after_stop_heard=after_stop_heard)))
 
@@ -257,6 +262,10 @@ def test_sound_device_sink_through_pulseaudio(pulse_null_sink: dict[str, str]) -
     print(f"\n[sounddevice/pulse] {result}")
     assert result["full"] == result["n"]
     assert result["full_s"] >= 0.5  # paced by the device, not instant
+    # every sample dated block by block, heard after the call, one block after another
+    assert result["in_blocks"] == result["n"]
+    assert 0 < result["first"] < 0.5
+    assert -1e-6 < result["worst_gap"] < 0.05
     assert 0 < result["part"] < 3 * result["n"]
     assert result["stop_s"] < 0.5
     assert result["after_stop"] == 0

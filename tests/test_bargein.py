@@ -20,7 +20,7 @@ from script_module import load_script
 
 from pipeline.audio_in import load_wav
 from pipeline.audio_out import RealtimeNullSink
-from pipeline.bargein import BargeIn, EchoGuard, PlaybackTap, SustainedSpeech
+from pipeline.bargein import BargeIn, EchoGuard, SustainedSpeech
 from pipeline.events import EventRecorder
 from pipeline.mic import (
     SAMPLE_RATE,
@@ -30,6 +30,7 @@ from pipeline.mic import (
     UtteranceEnd,
     UtteranceSegmenter,
 )
+from pipeline.playback_tap import PlaybackTap
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 ECHO_GUARD = load_script("bench_echo_guard")
