@@ -164,10 +164,11 @@ class PlaybackTap:
         when, audio, rate = self._played[-1]
         if played < samples.size:  # stopped: the rest was never heard
             self._played[-1] = (when, audio[:played], rate)
-        if when.gaps_s() > UNDERRUN_S:
-            self.underrun_s += when.gaps_s()
+        gaps = when.gaps_s()
+        if gaps > UNDERRUN_S:
+            self.underrun_s += gaps
             log.info("output ran dry for %.0f ms in a sentence (the echo canceller's far "
-                     "end follows it)", when.gaps_s() * 1000)
+                     "end follows it)", gaps * 1000)
         return played
 
     def _restamp(self) -> None:
