@@ -29,7 +29,7 @@ import numpy as np
 from pipeline.events import Event, EventName
 
 if TYPE_CHECKING:
-    from pipeline.mic import Gate, MicBlock, SegmentEvent, UtteranceEnd, UtteranceSegmenter
+    from pipeline.mic import GuardedGate, MicBlock, SegmentEvent, UtteranceEnd, UtteranceSegmenter
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +201,7 @@ class EchoGuard:
     margin: float = 2.0
     min_rms: float = 0.01
     extra_ms: float = 200.0
+    onset_threshold: float = 0.35  # Silero's continuation threshold (SegmenterConfig)
     coupling: float = 0.5  # until measured: assume a loud echo (half the playback level)
     history: int = 150  # rejected windows kept (about 5 s of playback)
 
@@ -225,8 +226,20 @@ class EchoGuard:
         return (prob >= self.threshold and rms >= self.min_rms
                 and rms >= self.margin * self.echo_rms(play_rms))
 
-    def gate(self, play_rms: float) -> Gate:
-        return lambda prob, rms: self.accepts(prob, rms, play_rms)
+    def onset(self, prob: float, rms: float, play_rms: float) -> bool:
+        """The softer test of the windows just before speech the guard accepted: Silero's
+        continuation threshold, and louder than the echo estimate alone (not ``margin``
+        times): the user's first syllables over the reply, which the segmenter keeps."""
+        if not self.enabled:
+            return True
+        return (prob >= self.onset_threshold and rms >= self.min_rms / 2
+                and rms >= self.echo_rms(play_rms))
+
+    def gate(self, play_rms: float) -> GuardedGate:
+        from pipeline.mic import GuardedGate
+
+        return GuardedGate(lambda prob, rms: self.accepts(prob, rms, play_rms),
+                           lambda prob, rms: self.onset(prob, rms, play_rms))
 
     def observe(self, rms: float, play_rms: float, accepted: bool, *,
                 user_speaking: bool = False) -> None:

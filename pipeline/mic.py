@@ -141,6 +141,20 @@ SegmentEvent = (SpeechStart | SpeechSustained | SpeechGap | SpeechPause | Speech
 Gate = Callable[[float, float], bool]
 
 
+@dataclass(frozen=True)
+class GuardedGate:
+    """What the echo guard asks of the segmenter for one block during playback.
+
+    ``voiced`` decides speech, as ``Gate``. ``onset`` is the softer test of windows *before*
+    a gated start: the user's first syllables over the assistant's voice are often too
+    quiet for ``voiced`` yet louder than the echo alone; an utterance that starts under the
+    guard reaches back over such windows (``SegmenterConfig.onset_backtrack_ms``) so the
+    words that preceded the barge-in reach Whisper too."""
+
+    voiced: Gate
+    onset: Gate
+
+
 @dataclass
 class SegmenterConfig:
     threshold: float = 0.5  # Silero's own default; speech starts above it
@@ -148,6 +162,12 @@ class SegmenterConfig:
     end_silence_ms: int = 600  # the utterance ends after this much silence
     bargein_min_ms: int = 300  # voiced time that makes SpeechSustained (barge-in)
     pre_roll_ms: int = 200  # audio kept before the first voiced window (soft onsets)
+    # An utterance that starts under the echo guard also keeps the run of windows before
+    # it that passed the guard's softer onset test, up to this much (then the pre-roll).
+    # A user who began over a loud stretch of the reply was heard only from a later
+    # syllable: "How can I learn a new language" reached Whisper as "learn a new language"
+    # (scripts/bench_echo_guard.py --backtrack-ms measures the words kept).
+    onset_backtrack_ms: int = 1000
     min_utterance_ms: int = 200  # shorter voiced time is a click or a cough: dropped
     max_utterance_s: float = 30.0  # Whisper's window; longer speech is cut here
     # Silence that makes a SpeechPause (speculative start); None: no pause events.
@@ -173,7 +193,8 @@ class UtteranceSegmenter:
         self.position = 0  # samples consumed into windows
         self.windows: list[tuple[float, float, bool]] = []  # (prob, rms, voiced) last feed
         self._pending = np.zeros(0, dtype=np.float32)
-        self._history: list[np.ndarray] = []  # pre-roll windows while not in speech
+        # pre-roll windows while not in speech, each with its onset test (GuardedGate)
+        self._history: list[tuple[np.ndarray, bool]] = []
         self._speech: list[np.ndarray] = []  # windows of the current utterance
         self._in_speech = False
         self._voiced = 0  # voiced windows of the current utterance
@@ -192,6 +213,11 @@ class UtteranceSegmenter:
     @property
     def in_speech(self) -> bool:
         return self._in_speech
+
+    @property
+    def first_sample(self) -> int | None:
+        """Stream position of the current utterance's first sample (pre-roll included)."""
+        return self._start - self._pre * WINDOW if self._in_speech else None
 
     def reset(self) -> None:
         """Forget the current utterance (e.g. the device restarted)."""
@@ -232,7 +258,8 @@ class UtteranceSegmenter:
         ended = self._end()
         return ended[0] if ended and isinstance(ended[0], UtteranceEnd) else None
 
-    def feed(self, block: np.ndarray, gate: Gate | None = None) -> list[SegmentEvent]:
+    def feed(self, block: np.ndarray,
+             gate: Gate | GuardedGate | None = None) -> list[SegmentEvent]:
         data = np.concatenate([self._pending, np.asarray(block, dtype=np.float32).ravel()])
         n = data.size // WINDOW
         self._pending = data[n * WINDOW:]
@@ -248,13 +275,15 @@ class UtteranceSegmenter:
             return []
         return self._end()
 
-    def _voiced_window(self, prob: float, rms: float, gate: Gate | None) -> bool:
+    def _voiced_window(self, prob: float, rms: float, gate: Gate | GuardedGate | None) -> bool:
+        if isinstance(gate, GuardedGate):
+            return gate.voiced(prob, rms)
         if gate is not None:
             return gate(prob, rms)
         limit = self.config.neg_threshold if self._in_speech else self.config.threshold
         return prob >= limit
 
-    def _window(self, w: np.ndarray, gate: Gate | None) -> list[SegmentEvent]:
+    def _window(self, w: np.ndarray, gate: Gate | GuardedGate | None) -> list[SegmentEvent]:
         cfg = self.config
         prob = self.vad.window(w)
         rms = float(np.sqrt(np.mean(np.square(w, dtype=np.float64))))
@@ -264,12 +293,17 @@ class UtteranceSegmenter:
         self.position += WINDOW
         events: list[SegmentEvent] = []
         if not self._in_speech:
-            self._history.append(w)
-            del self._history[:-max(1, int(cfg.pre_roll_ms / WINDOW_MS) + 1)]
+            onset = (gate.onset(prob, rms) if isinstance(gate, GuardedGate)
+                     else prob >= cfg.neg_threshold)
+            self._history.append((w, onset))
+            pre_roll = int(cfg.pre_roll_ms / WINDOW_MS)
+            del self._history[:-(pre_roll + int(cfg.onset_backtrack_ms / WINDOW_MS) + 1)]
             if voiced:
+                back = self._backtrack() if isinstance(gate, GuardedGate) else 0
+                self._pre = min(len(self._history) - 1, back + pre_roll)
                 self._in_speech, self._start = True, start_of_window
-                self._speech, self._history = self._history, []
-                self._pre = len(self._speech) - 1  # pre-roll windows before this one
+                self._speech = [h[0] for h in self._history[-(self._pre + 1):]]
+                self._history = []
                 self._voiced, self._silent, self._sustained = 1, 0, False
                 events.append(SpeechStart(start_of_window))
             return events + self._check_sustained()
@@ -300,6 +334,16 @@ class UtteranceSegmenter:
             events.extend(self._so_far_event(SpeechPause))
         return events
 
+    def _backtrack(self) -> int:
+        """Windows just before the current one that passed the onset test, in a row."""
+        limit = int(self.config.onset_backtrack_ms / WINDOW_MS)
+        back = 0
+        for _w, onset in reversed(self._history[:-1]):
+            if not onset or back >= limit:
+                break
+            back += 1
+        return back
+
     def _check_sustained(self) -> list[SegmentEvent]:
         speech_ms = self._voiced * WINDOW_MS
         if self._in_speech and not self._sustained and speech_ms >= self.config.bargein_min_ms:
@@ -312,7 +356,7 @@ class UtteranceSegmenter:
         keep = len(self._speech) - self._silent  # drop the trailing silence...
         tail = min(self._silent, int(self.config.pre_roll_ms / WINDOW_MS))
         windows = self._speech[:keep + tail]  # ...but keep a little, like the pre-roll
-        return windows, self._start - self._pre * WINDOW, keep * WINDOW
+        return windows, self._start - self._pre * WINDOW, keep * WINDOW  # first_sample
 
     def _so_far_event(self, kind: type[SpeechGap | SpeechPause]) -> list[SegmentEvent]:
         speech_ms = self._voiced * WINDOW_MS

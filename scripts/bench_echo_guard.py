@@ -37,7 +37,13 @@ itself.
 The report (``echo_guard.md``, ``echo_guard.json``): for every gap, echo gain, user level
 and version, the barge-ins out of the trials, those that came before the user said a word
 (the echo did it), and the delay from the user's first voiced block to the barge-in
-(p50/p95).
+(p50/p95). And what the barging utterance holds: how often its start left out more than
+100 ms of the user's voiced onset (and the p95 of what was left out), and with
+``--words`` what Whisper makes of it (the kept audio up to the barge-in, then the user
+alone, as after the playback stopped): the WER against samples/transcripts.json and how
+often the question's first word survived. ``--backtrack-ms 0 1000`` compares the
+segmenter's start before session 27 (the pre-roll only) with its reach back over the
+user's softer first syllables, on the same audio.
 
 Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 1.0] [--versions ...]
        (three versions with the default echoes, levels and gaps: ~12 minutes on a slow
@@ -53,6 +59,7 @@ import json
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 
@@ -60,12 +67,16 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
+from bench_asr import wer, words  # noqa: E402
+
+from pipeline.asr import WhisperAsr  # noqa: E402
 from pipeline.audio_in import SAMPLE_RATE, load_wav  # noqa: E402
 from pipeline.bargein import BargeIn, EchoGuard, SustainedSpeech  # noqa: E402
 from pipeline.echo_cancel import RESYNC_S, EchoCanceller  # noqa: E402
 from pipeline.events import EventName, EventRecorder  # noqa: E402
-from pipeline.mic import MicBlock, SileroStream, UtteranceSegmenter  # noqa: E402
+from pipeline.mic import MicBlock, SegmenterConfig, SileroStream, UtteranceSegmenter  # noqa: E402
 from pipeline.playback_tap import level_before, loudest_rms, played_during  # noqa: E402
 
 BLOCK = SAMPLE_RATE // 50  # the microphone's 20 ms blocks
@@ -154,24 +165,45 @@ class KnownPlayback:
 class Trigger:
     """The ``Interruptible`` the barge-in task drives: remembers when it first fired."""
 
-    def __init__(self) -> None:
+    def __init__(self, segmenter: UtteranceSegmenter) -> None:
         self.now = 0.0  # the microphone's clock: end of the block being decided
         self.at: float | None = None
+        self.segmenter = segmenter
+        self.first: int | None = None  # the barging utterance's first sample (pre-roll too)
 
     def interrupt(self, source: str = "user") -> bool:
         del source
         if self.at is not None:
             return False
-        self.at = self.now
+        self.at, self.first = self.now, self.segmenter.first_sample
         return True
+
+
+@dataclass
+class Decision:
+    """When the barge-in fired (s into the microphone's track) and what the utterance
+    holds at that moment: the audio the segmenter saw from its first sample on."""
+
+    at: float | None
+    heard: np.ndarray = field(repr=False)
 
 
 async def barge_in_at(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
                       version: str, late_s: float = 0.0,
                       every_s: float = 2.0) -> float | None:
-    """Seconds into ``mic`` at which the barge-in fired, or None. With ``late_s`` the
-    blocks arrive as from a late callback every ``every_s`` (``arrival``)."""
-    trigger = Trigger()
+    """Seconds into ``mic`` at which the barge-in fired, or None (``barge_in``)."""
+    return (await barge_in(vad, mic, played, version, late_s, every_s)).at
+
+
+async def barge_in(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
+                   version: str, late_s: float = 0.0, every_s: float = 2.0,
+                   backtrack_ms: int = 1000) -> Decision:
+    """When the barge-in fired in ``mic``, if it did. With ``late_s`` the blocks arrive
+    as from a late callback every ``every_s`` (``arrival``). ``backtrack_ms``: the
+    segmenter's ``onset_backtrack_ms`` (0: the start before session 27)."""
+    segmenter = UtteranceSegmenter(vad, SegmenterConfig(onset_backtrack_ms=backtrack_ms))
+    trigger = Trigger(segmenter)
+    seen: list[np.ndarray] = []
     bargein = BargeIn(trigger)
     recorder = EventRecorder(1)
     recorder.listeners.append(bargein.on_event)
@@ -185,15 +217,21 @@ async def barge_in_at(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
             trigger.now = (i + BLOCK) / SAMPLE_RATE
             yield MicBlock(mic[i:i + BLOCK], arrival(trigger.now, late_s, every_s))
 
+    async def recorded(source: AsyncIterator[MicBlock]) -> AsyncIterator[MicBlock]:
+        async for block in source:
+            seen.append(block.samples)
+            yield block
+
     detector, guard, canceller = VERSIONS[version]
     vad.reset()
     tap = KnownPlayback(played)
-    segmenter = UtteranceSegmenter(vad)
     mic_blocks = (canceller(tap, user_speaking=lambda: segmenter.in_speech
                             ).cancel(blocks()) if canceller else blocks())
-    await bargein.watch(mic_blocks, segmenter, lambda u, p: None,
+    await bargein.watch(recorded(mic_blocks), segmenter, lambda u, p: None,
                         detector=detector(300.0), tap=tap, guard=guard())
-    return trigger.at
+    if trigger.at is None or trigger.first is None:
+        return Decision(None, np.zeros(0, np.float32))
+    return Decision(trigger.at, np.concatenate(seen)[trigger.first:])
 
 
 def to_mic_rate(audio: np.ndarray, rate: int) -> np.ndarray:
@@ -259,17 +297,37 @@ def pct(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, q)) * 1000) if values else None
 
 
+def words_heard(asr: WhisperAsr | None, decision: Decision, user: np.ndarray,
+                at_s: float, reference: str) -> tuple[str, str] | None:
+    """(reference, transcript) of the barging utterance as the turn would hand it to
+    Whisper: what the segmenter kept up to the barge-in, then the user alone (playback
+    stops at the barge-in)."""
+    if asr is None or decision.at is None:
+        return None
+    rest = user[max(0, int((decision.at - at_s) * SAMPLE_RATE)):]
+    return reference, asr.transcribe(np.concatenate([decision.heard, rest]))
+
+
 async def run(args: argparse.Namespace) -> dict[str, object]:
     vad = SileroStream()
     sentences = synthesize_replies()
-    users = [load_wav(p) for p in sorted((ROOT / "samples").glob("*.wav"))]
+    paths = sorted((ROOT / "samples").glob("*.wav"))
+    users = [load_wav(p) for p in paths]
+    transcripts = json.loads((ROOT / "samples" / "transcripts.json").read_text())
+    references = [transcripts[p.name] for p in paths]
+    asr = None
+    if args.words:
+        from services import models
+
+        asr = WhisperAsr(models.whisper_model_dir(), gate=False)
+        asr.load()
     rows: list[dict[str, object]] = []
     per_gap = {gap: [played(s, gap) for s in sentences] for gap in args.gaps}
     trials = {gap: [(r, u, at) for r, reply in enumerate(replies) for u in range(len(users))
                     for at in np.arange(0.5, reply.size / SAMPLE_RATE - 1.0, args.step)]
               for gap, replies in per_gap.items()}
-    total = len(args.late_ms) * len(args.echo) * len(args.versions) * sum(
-        len(per_gap[g]) + len(args.levels) * len(trials[g]) for g in args.gaps)
+    total = (len(args.late_ms) * len(args.echo) * len(args.versions) * len(args.backtrack_ms)
+             * sum(len(per_gap[g]) + len(args.levels) * len(trials[g]) for g in args.gaps))
     done, started = 0, time.monotonic()
 
     def progress() -> None:
@@ -277,44 +335,60 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
               file=sys.stderr, flush=True)
 
     for gap, replies in per_gap.items():
-        for echo, late_ms, version in product(args.echo, args.late_ms, args.versions):
+        for echo, late_ms, version, back in product(args.echo, args.late_ms, args.versions,
+                                                    args.backtrack_ms):
             late = (late_ms / 1000, args.late_every_s)
+            condition = {"gap_ms": gap, "echo": echo, "late_ms": late_ms,
+                         "version": version, "backtrack_ms": back}
             alone = []
             for reply in replies:
-                alone.append(await barge_in_at(vad, mix(reply, echo, None, 0.0), reply,
-                                               version, *late))
+                alone.append((await barge_in(vad, mix(reply, echo, None, 0.0), reply,
+                                             version, *late, back)).at)
                 done += 1
                 progress()
-            rows.append({"gap_ms": gap, "echo": echo, "late_ms": late_ms, "level_db": None,
-                         "version": version, "trials": len(alone),
+            rows.append({**condition, "level_db": None, "trials": len(alone),
                          "barge_ins": sum(a is not None for a in alone), "early": 0,
                          "delay_p50_ms": None, "delay_p95_ms": None})
             for db in args.levels:
                 said = [user * 10 ** (db / 20) for user in users]
                 onsets = [onset_s(user) for user in said]
-                delays, early = [], 0
+                delays, clipped, early = [], [], 0
+                pairs: list[tuple[str, str]] = []
                 for r, u, at in trials[gap]:
-                    fired = await barge_in_at(vad, mix(replies[r], echo, said[u],
-                                                       float(at)), replies[r], version,
-                                             *late)
+                    decision = await barge_in(vad, mix(replies[r], echo, said[u], float(at)),
+                                              replies[r], version, *late, back)
                     done += 1
                     progress()
-                    if fired is None:
+                    if decision.at is None:
                         continue
-                    delay = fired - at - onsets[u]
+                    delay = decision.at - at - onsets[u]
                     if delay < 0:  # before the user said a word: the echo did it
                         early += 1
-                    else:
-                        delays.append(delay)
-                rows.append({"gap_ms": gap, "echo": echo, "late_ms": late_ms,
-                             "level_db": db,
-                             "version": version, "trials": len(trials[gap]),
+                        continue
+                    delays.append(delay)
+                    # the user's voiced onset left out of the utterance
+                    first_s = decision.at - decision.heard.size / SAMPLE_RATE
+                    clipped.append(max(0.0, float(first_s - at - onsets[u])))
+                    pair = words_heard(asr, decision, said[u], float(at), references[u])
+                    if pair is not None:
+                        pairs.append(pair)
+                rows.append({**condition, "level_db": db, "trials": len(trials[gap]),
                              "barge_ins": len(delays), "early": early,
                              "delay_p50_ms": pct(delays, 50),
-                             "delay_p95_ms": pct(delays, 95)})
+                             "delay_p95_ms": pct(delays, 95),
+                             "clipped_100ms": int(sum(c > 0.1 for c in clipped)),
+                             "clipped_p95_ms": pct(clipped, 95),
+                             "wer": round(wer(pairs)[0], 3) if pairs else None,
+                             "first_word": (int(sum(first_word_kept(r, h) for r, h in pairs))
+                                            if pairs else None)})
     print(file=sys.stderr)
     return {"replies_s": [round(r.size / SAMPLE_RATE, 2) for r in per_gap[args.gaps[0]]],
             "users": len(users), "step_s": args.step, "rows": rows}
+
+
+def first_word_kept(reference: str, transcript: str) -> bool:
+    """The question's first word among the transcript's first three."""
+    return words(reference)[0] in words(transcript)[:3]
 
 
 def report(result: dict[str, object]) -> str:
@@ -322,17 +396,23 @@ def report(result: dict[str, object]) -> str:
     assert isinstance(rows, list)
     lines = [f"Replies {result['replies_s']} s of Piper speech; {result['users']} sample "
              f"questions, onsets every {result['step_s']} s.", "",
-             "| gap ms | echo | late callbacks ms | user | version | barge-ins "
-             "| before the user spoke | delay p50 ms | p95 |",
-             "|---:|---:|---:|---|---|---:|---:|---:|---:|"]
+             "| gap ms | echo | late callbacks ms | user | version | backtrack ms "
+             "| barge-ins | before the user spoke | delay p50 ms | p95 "
+             "| onset cut > 100 ms | cut p95 ms | WER | first word |",
+             "|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         user = "silent" if row["level_db"] is None else f"{row['level_db']:+g} dB"
         delay = row["delay_p50_ms"] if row["delay_p50_ms"] is not None else "-"
         p95 = row["delay_p95_ms"] if row["delay_p95_ms"] is not None else "-"
         late = row.get("late_ms", 0)  # runs before session 26 had no late callbacks
+        heard = [row.get(k) for k in ("clipped_100ms", "clipped_p95_ms", "wer")]
+        first = row.get("first_word")
+        heard.append(f"{first}/{row['barge_ins']}" if first is not None else None)
+        cells = " | ".join("-" if v is None else str(v) for v in heard)
         lines.append(f"| {row['gap_ms']:g} | {row['echo']} | {late:g} | {user} | "
-                     f"{row['version']} | "
-                     f"{row['barge_ins']}/{row['trials']} | {row['early']} | {delay} | {p95} |")
+                     f"{row['version']} | {row.get('backtrack_ms', 0)} | "
+                     f"{row['barge_ins']}/{row['trials']} | {row['early']} | {delay} | {p95} "
+                     f"| {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -355,6 +435,13 @@ def main() -> int:
                          "blocks then arriving together (default 0: never)")
     ap.add_argument("--late-every-s", type=float, default=2.0,
                     help="how often a callback is late (default 2 s)")
+    ap.add_argument("--backtrack-ms", type=int, nargs="+", default=[1000],
+                    help="the segmenter's onset_backtrack_ms: how far an utterance that "
+                         "starts under the guard reaches back (default 1000; 0: before "
+                         "session 27)")
+    ap.add_argument("--words", action="store_true",
+                    help="also transcribe each barging utterance with Whisper (WER, "
+                         "whether the question's first word was kept)")
     ap.add_argument("--versions", nargs="+", choices=list(VERSIONS), default=list(VERSIONS),
                     help="which versions to run, on the same audio (default all)")
     args = ap.parse_args()

@@ -356,3 +356,12 @@ async def test_scripted_barge_in_waits_for_this_turns_playback_not_the_last_ones
     b.on_event(Event(2, 0.2, EventName.PLAYBACK_START))
     await asyncio.wait_for(task, 1)
     assert fired == ["scripted@0s"]
+
+
+def test_the_guards_onset_test_is_softer_than_its_speech_test() -> None:
+    guard = EchoGuard(coupling=0.5)  # echo estimate: half the playback level
+    gate = guard.gate(play_rms=0.1)  # so 0.05 of echo; speech needs 0.1 and Silero 0.8
+    assert gate.voiced(0.9, 0.12) and gate.onset(0.9, 0.12)
+    assert not gate.voiced(0.6, 0.07) and gate.onset(0.6, 0.07)  # a soft first syllable
+    assert not gate.onset(0.6, 0.04)  # quieter than the echo alone: could be the echo
+    assert not gate.onset(0.2, 0.2)  # loud but not speech (Silero under 0.35)

@@ -19,6 +19,7 @@ from pipeline.audio_in import load_wav
 from pipeline.mic import (
     SAMPLE_RATE,
     WINDOW,
+    GuardedGate,
     MicBlock,
     SegmenterConfig,
     SileroStream,
@@ -359,3 +360,51 @@ def test_on_end_hears_of_every_utterance_however_it_ended(vad: SileroStream) -> 
     assert now is not None and told == [ends[0], now]
     run(seg, np.concatenate([silence(0.3), 0.5 * np.ones(800, np.float32), silence(1.0)]))
     assert len(told) == 2  # the click was no utterance
+
+
+class ScriptedVad:
+    """A window's speech probability is written in its samples (for the gate's tests)."""
+
+    def window(self, samples: np.ndarray) -> float:
+        return float(samples[0])
+
+    def reset(self) -> None:
+        pass
+
+
+def windows_of(*probs: float) -> np.ndarray:
+    return np.concatenate([np.full(WINDOW, p, np.float32) for p in probs])
+
+
+# The echo guard's shape: speech only above 0.8; the softer onset test above 0.35.
+STRICT = GuardedGate(lambda prob, rms: prob >= 0.8, lambda prob, rms: prob >= 0.35)
+
+
+def started_at(signal: np.ndarray, gate: object, backtrack_ms: int = 1000) -> int | None:
+    seg = UtteranceSegmenter(ScriptedVad(), SegmenterConfig(onset_backtrack_ms=backtrack_ms,
+                                                            pre_roll_ms=64))
+    seg.feed(signal, gate)  # type: ignore[arg-type]
+    return seg.first_sample
+
+
+def test_a_start_under_the_guard_reaches_back_over_the_softer_onset() -> None:
+    # silence, then six windows the guard rejected but the onset test passes, then speech
+    signal = windows_of(0, 0, 0, 0, 0.1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.9)
+    # the six onset windows and two windows of pre-roll before them
+    assert started_at(signal, STRICT) == 3 * WINDOW
+    # before: the pre-roll alone, the six windows lost
+    assert started_at(signal, STRICT, backtrack_ms=0) == 9 * WINDOW
+
+
+def test_the_reach_back_stops_at_a_window_below_the_onset_test_and_at_its_limit() -> None:
+    gap = windows_of(*([0.0] * 10), 0.5, 0.5, 0.2, 0.5, 0.5, 0.9)
+    assert started_at(gap, STRICT) == 11 * WINDOW  # two onset windows + 2 pre-roll
+    long = windows_of(*([0.5] * 40), 0.9)
+    # 1000 ms is 31 windows (of 32 ms), then the 64 ms pre-roll
+    assert started_at(long, STRICT) == (40 - 31 - 2) * WINDOW
+
+
+def test_without_the_guard_the_start_keeps_its_pre_roll_only() -> None:
+    signal = windows_of(0, 0, 0, 0, 0.4, 0.4, 0.4, 0.9)
+    assert started_at(signal, None) == 5 * WINDOW  # 0.4 is not speech; 2 pre-roll windows
+    assert started_at(signal, lambda prob, rms: prob >= 0.8) == 5 * WINDOW
