@@ -113,10 +113,13 @@ class BargeIn:
         ``during_playback`` says it began while the assistant was speaking and did not
         barge in (a backchannel or leaked echo: the caller usually ignores it).
         """
-        from pipeline.mic import WINDOW_MS, SpeechStart, UtteranceEnd
+        from pipeline.mic import WINDOW_MS, SpeechSoFar, SpeechStart, UtteranceEnd
+        from pipeline.mic_tape import MicTape
 
+        tape = MicTape()  # the microphone's own samples, where the canceller changed them
         in_playback = barged_in = False  # about the utterance in progress
         async for block in mic:
+            tape.append(block)
             play_rms = tap.level(block.t) if tap is not None else 0.0
             guarded = guard is not None and guard.enabled and play_rms > 0.0
             gate = guard.gate(play_rms) if guard is not None and guarded else None
@@ -132,6 +135,8 @@ class BargeIn:
                              play_rms, rms, guard.coupling if guard is not None else 0.0)
                     barged_in = self.trigger("mic") or barged_in
             for ev in events:
+                if isinstance(ev, SpeechSoFar | UtteranceEnd):
+                    ev = tape.attach(ev)
                 if on_segment is not None:
                     on_segment(ev)
                 if isinstance(ev, SpeechStart):

@@ -148,7 +148,9 @@ class EchoCanceller:
             out[part] = np.frombuffer(bytes(near.data), dtype=np.int16) / 32768.0
         if block.t - self._played_at > ECHO_TAIL_S or not self.echo_heard:
             return block  # nothing to hear but the user: their own samples
-        return MicBlock(out, block.t)
+        # The user's words over the reply are what AEC3 bends most (double talk):
+        # Whisper gets the microphone's own samples as well (pipeline.mic_tape).
+        return MicBlock(out, block.t, mic)
 
     def _span(self, t: float, seconds: float) -> tuple[float, float]:
         """The far end's interval for a block that arrived at ``t``. The microphone's

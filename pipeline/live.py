@@ -37,6 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import Any, Protocol
 
 from pipeline.audio_in import SAMPLE_RATE
@@ -324,8 +325,9 @@ class LiveTurnTaker:
         # would queue in front of the pause's turn.
         if self._early is not None and self._early.running:
             return
-        self._early = EarlyTranscript.start(self.runner.recognize, gap.audio,
-                                            gap.end_sample, self.tasks.spawn)
+        self._early = EarlyTranscript.start(
+            partial(self.runner.recognize, uncancelled=gap.uncancelled), gap.audio,
+            gap.end_sample, self.tasks.spawn)
         self._early_cue = self._pitch(gap)
         self.stats.early_asr_started += 1
 
@@ -380,7 +382,8 @@ class LiveTurnTaker:
             spec.cue = self._pitch(pause)
         result = await self.runner.run(pause.audio, t0=spec.t0, confirmed=spec.confirmed,
                                        speech_end_ms=round(speech_end, 1), early=spec.early,
-                                       rejoined=self._rejoined(spec.began))
+                                       rejoined=self._rejoined(spec.began),
+                                       uncancelled=pause.uncancelled)
         if self._spec is spec and not spec.ready:
             self.segmenter.release_end()  # it ended with nothing to play: hold nothing
         if result.error is not None and not spec.confirmed.is_set():
@@ -462,7 +465,8 @@ class LiveTurnTaker:
         # part of this turn's first audio.
         result = await self.runner.run(utterance.audio, t0=t0,
                                        speech_end_ms=round(endpoint_ms, 1),
-                                       rejoined=self._rejoined(began))
+                                       rejoined=self._rejoined(began),
+                                       uncancelled=utterance.uncancelled)
         self._finished(LiveTurn(result, endpoint_ms, endpoint_ms, speculative=False))
 
     def _chain(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

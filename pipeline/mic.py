@@ -94,6 +94,9 @@ class UtteranceEnd:
     end_sample: int  # where the speech ended (before the trailing silence)
     speech_ms: float
     detected_sample: int  # where the end was decided (end_sample + end silence)
+    # The same span as the microphone heard it, when the echo canceller changed part of it
+    # (set by BargeIn.watch from pipeline.mic_tape; else None).
+    uncancelled: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def duration_s(self) -> float:
@@ -112,6 +115,7 @@ class SpeechSoFar:
     end_sample: int  # the last voiced sample so far
     speech_ms: float
     detected_sample: int  # where the silence was noticed (end_sample + gap_ms / pause_ms)
+    uncancelled: np.ndarray | None = field(default=None, repr=False)  # as UtteranceEnd's
 
 
 @dataclass(frozen=True)
@@ -388,6 +392,9 @@ class UtteranceSegmenter:
 class MicBlock:
     samples: np.ndarray = field(repr=False)  # float32 mono 16 kHz
     t: float  # time.monotonic() when the block arrived (its last sample, give or take)
+    # The microphone's own samples when the echo canceller changed ``samples`` (while the
+    # reply played and its echo's tail, pipeline.echo_cancel): Whisper is given both.
+    uncancelled: np.ndarray | None = field(default=None, repr=False)
 
 
 class MicSource:

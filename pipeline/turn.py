@@ -46,6 +46,7 @@ from pipeline.llm_client import (
     TokenDelta,
 )
 from pipeline.metrics import TurnMetrics, turn_metrics
+from pipeline.mic_tape import surer
 from pipeline.outlet import Outlet
 from pipeline.rejoin import Rejoined, join_transcripts
 from pipeline.splitter import PHRASE_STARTS, SentenceSplitter, SpeechChunker
@@ -164,7 +165,8 @@ class TurnRunner:
                   confirmed: asyncio.Event | None = None,
                   speech_end_ms: float | None = None,
                   early: EarlyTranscript | None = None,
-                  rejoined: Rejoined | None = None) -> TurnResult:
+                  rejoined: Rejoined | None = None,
+                  uncancelled: np.ndarray | None = None) -> TurnResult:
         """One turn from the user's audio (or text, skipping ASR). ``t0`` is the monotonic
         time the turn starts (default: now).
 
@@ -176,13 +178,17 @@ class TurnRunner:
         ``pipeline.early_asr``); the turn waits for it instead of running ASR on ``audio``.
         ``rejoined``: an earlier turn's user words, cut off with its reply: this turn's user
         message is that text joined with the new transcript (``join_transcripts``), and
-        ``asr.end`` records it (``rejoined: {text, turn}``)."""
+        ``asr.end`` records it (``rejoined: {text, turn}``).
+        ``uncancelled``: ``audio`` as the microphone heard it, when the echo canceller
+        changed it while the reply played (``pipeline.mic_tape``): both are transcribed
+        (``recognize``)."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.turns += 1
         rec = EventRecorder(self.turns, t0, self.listeners)
         turn = _Turn(self, rec, mode, confirmed, speech_end_ms, early, rejoined)
+        turn.uncancelled = uncancelled
         self._current = turn
         try:
             return await turn.run(audio, text)
@@ -190,17 +196,26 @@ class TurnRunner:
             self._current = None
             self.sink.resume()
 
-    def recognize(self, audio: np.ndarray) -> AsrResult:
+    def recognize(self, audio: np.ndarray,
+                  uncancelled: np.ndarray | None = None) -> AsrResult:
         """The ASR engine on one utterance, blocking (run it in a thread). Its time goes
-        into ``asr_clock``."""
+        into ``asr_clock``.
+
+        With ``uncancelled`` (the same span before the echo canceller, which bent the
+        user's words where they overlapped the reply) a confident transcriber decodes both
+        and the transcript it was surer of is kept: a second decode for the turns that
+        spoke over the reply, for a third to a half of their word errors
+        (``pipeline.mic_tape``)."""
         asr = self.asr
         if asr is None:
             raise TurnError("no speech recognizer for this audio")
         started = time.perf_counter()
         if isinstance(asr, ConfidentTranscriber):
-            heard = asr.recognize(audio)
+            heard, kept = asr.recognize(audio), ""
+            if uncancelled is not None:
+                heard, kept = surer(heard, asr.recognize(uncancelled))
             result = AsrResult(heard.text, heard.avg_logprob, heard.last_word_prob,
-                               heard.redone)
+                               heard.redone, kept)
         else:
             result = AsrResult(asr.transcribe(audio))
         self.asr_clock.last_ms = (time.perf_counter() - started) * 1000
@@ -288,6 +303,7 @@ class _Turn:
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
         self.early = early  # a transcription started before t = 0 (pipeline/early_asr.py)
+        self.uncancelled: np.ndarray | None = None  # the audio before the echo canceller
         self.rejoined = rejoined  # the user's words of a cut turn, before the new ones
 
     @property
@@ -440,7 +456,7 @@ class _Turn:
         try:
             heard = await self.unless_stopped(
                 early.result() if early is not None
-                else asyncio.to_thread(self.runner.recognize, audio))
+                else asyncio.to_thread(self.runner.recognize, audio, self.uncancelled))
         except _Abandoned:
             raise
         except Exception as e:  # a model failure ends this turn, not the conversation
@@ -453,6 +469,8 @@ class _Turn:
             confidence["last_word_prob"] = round(heard.last_word_prob, 3)
         # Whisper looped: part of asr_ms is the decode done again.
         redone: dict[str, Any] = {"redone": heard.redone} if heard.redone else {}
+        if heard.double_talk:  # both versions decoded: which one was kept
+            redone["double_talk"] = heard.double_talk
         # ``text`` stays the new words alone (the live endpoint policy judges them, with the
         # confidence and pitch of this audio); ``rejoined`` says what goes before them.
         rejoined: dict[str, Any] = ({} if self.rejoined is None

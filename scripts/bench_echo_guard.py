@@ -41,9 +41,11 @@ and version, the barge-ins out of the trials, those that came before the user sa
 100 ms of the user's voiced onset (and the p95 of what was left out), and with
 ``--words`` what Whisper makes of it (the kept audio up to the barge-in, then the user
 alone, as after the playback stopped): the WER against samples/transcripts.json and how
-often the question's first word survived. ``--backtrack-ms 0 1000`` compares the
-segmenter's start before session 27 (the pre-roll only) with its reach back over the
-user's softer first syllables, on the same audio.
+often the question's first word survived, for the echo-cancelled audio alone (before
+session 27) and for the turn's choice now (that and the microphone's own samples decoded,
+the transcript Whisper was surer of kept: ``pipeline.mic_tape``). ``--backtrack-ms 0
+1000`` compares the segmenter's start before session 27 (the pre-roll only) with its
+reach back over the user's softer first syllables, on the same audio.
 
 Usage: scripts/bench_echo_guard.py [--out out/echo_guard] [--step 1.0] [--versions ...]
        (three versions with the default echoes, levels and gaps: ~12 minutes on a slow
@@ -77,6 +79,7 @@ from pipeline.bargein import BargeIn, EchoGuard, SustainedSpeech  # noqa: E402
 from pipeline.echo_cancel import RESYNC_S, EchoCanceller  # noqa: E402
 from pipeline.events import EventName, EventRecorder  # noqa: E402
 from pipeline.mic import MicBlock, SegmenterConfig, SileroStream, UtteranceSegmenter  # noqa: E402
+from pipeline.mic_tape import surer  # noqa: E402
 from pipeline.playback_tap import level_before, loudest_rms, played_during  # noqa: E402
 
 BLOCK = SAMPLE_RATE // 50  # the microphone's 20 ms blocks
@@ -186,6 +189,7 @@ class Decision:
 
     at: float | None
     heard: np.ndarray = field(repr=False)
+    own: np.ndarray = field(repr=False)  # the same before the canceller (the microphone's)
 
 
 async def barge_in_at(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
@@ -204,6 +208,7 @@ async def barge_in(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
     segmenter = UtteranceSegmenter(vad, SegmenterConfig(onset_backtrack_ms=backtrack_ms))
     trigger = Trigger(segmenter)
     seen: list[np.ndarray] = []
+    own: list[np.ndarray] = []
     bargein = BargeIn(trigger)
     recorder = EventRecorder(1)
     recorder.listeners.append(bargein.on_event)
@@ -220,6 +225,7 @@ async def barge_in(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
     async def recorded(source: AsyncIterator[MicBlock]) -> AsyncIterator[MicBlock]:
         async for block in source:
             seen.append(block.samples)
+            own.append(block.samples if block.uncancelled is None else block.uncancelled)
             yield block
 
     detector, guard, canceller = VERSIONS[version]
@@ -230,8 +236,9 @@ async def barge_in(vad: SileroStream, mic: np.ndarray, played: np.ndarray,
     await bargein.watch(recorded(mic_blocks), segmenter, lambda u, p: None,
                         detector=detector(300.0), tap=tap, guard=guard())
     if trigger.at is None or trigger.first is None:
-        return Decision(None, np.zeros(0, np.float32))
-    return Decision(trigger.at, np.concatenate(seen)[trigger.first:])
+        return Decision(None, np.zeros(0, np.float32), np.zeros(0, np.float32))
+    return Decision(trigger.at, np.concatenate(seen)[trigger.first:],
+                    np.concatenate(own)[trigger.first:])
 
 
 def to_mic_rate(audio: np.ndarray, rate: int) -> np.ndarray:
@@ -298,14 +305,19 @@ def pct(values: list[float], q: float) -> float | None:
 
 
 def words_heard(asr: WhisperAsr | None, decision: Decision, user: np.ndarray,
-                at_s: float, reference: str) -> tuple[str, str] | None:
-    """(reference, transcript) of the barging utterance as the turn would hand it to
-    Whisper: what the segmenter kept up to the barge-in, then the user alone (playback
-    stops at the barge-in)."""
+                at_s: float) -> tuple[str, str] | None:
+    """What Whisper makes of the barging utterance as the turn hands it over: what the
+    segmenter kept up to the barge-in, then the user alone (playback stops at the
+    barge-in). (Echo-cancelled audio only, as before session 27; the turn's choice now:
+    that and the microphone's own samples decoded, the surer transcript kept.)"""
     if asr is None or decision.at is None:
         return None
     rest = user[max(0, int((decision.at - at_s) * SAMPLE_RATE)):]
-    return reference, asr.transcribe(np.concatenate([decision.heard, rest]))
+    cancelled = asr.recognize(np.concatenate([decision.heard, rest]), gated=False)
+    if np.array_equal(decision.own, decision.heard):
+        return cancelled.text, cancelled.text
+    own = asr.recognize(np.concatenate([decision.own, rest]), gated=False)
+    return cancelled.text, surer(cancelled, own)[0].text
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -353,7 +365,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 said = [user * 10 ** (db / 20) for user in users]
                 onsets = [onset_s(user) for user in said]
                 delays, clipped, early = [], [], 0
-                pairs: list[tuple[str, str]] = []
+                before: list[tuple[str, str]] = []  # (reference, cancelled audio's words)
+                pairs: list[tuple[str, str]] = []  # (reference, the turn's choice)
                 for r, u, at in trials[gap]:
                     decision = await barge_in(vad, mix(replies[r], echo, said[u], float(at)),
                                               replies[r], version, *late, back)
@@ -369,15 +382,17 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                     # the user's voiced onset left out of the utterance
                     first_s = decision.at - decision.heard.size / SAMPLE_RATE
                     clipped.append(max(0.0, float(first_s - at - onsets[u])))
-                    pair = words_heard(asr, decision, said[u], float(at), references[u])
-                    if pair is not None:
-                        pairs.append(pair)
+                    heard = words_heard(asr, decision, said[u], float(at))
+                    if heard is not None:
+                        before.append((references[u], heard[0]))
+                        pairs.append((references[u], heard[1]))
                 rows.append({**condition, "level_db": db, "trials": len(trials[gap]),
                              "barge_ins": len(delays), "early": early,
                              "delay_p50_ms": pct(delays, 50),
                              "delay_p95_ms": pct(delays, 95),
                              "clipped_100ms": int(sum(c > 0.1 for c in clipped)),
                              "clipped_p95_ms": pct(clipped, 95),
+                             "wer_cancelled": round(wer(before)[0], 3) if before else None,
                              "wer": round(wer(pairs)[0], 3) if pairs else None,
                              "first_word": (int(sum(first_word_kept(r, h) for r, h in pairs))
                                             if pairs else None)})
@@ -398,14 +413,16 @@ def report(result: dict[str, object]) -> str:
              f"questions, onsets every {result['step_s']} s.", "",
              "| gap ms | echo | late callbacks ms | user | version | backtrack ms "
              "| barge-ins | before the user spoke | delay p50 ms | p95 "
-             "| onset cut > 100 ms | cut p95 ms | WER | first word |",
-             "|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| onset cut > 100 ms | cut p95 ms | WER cancelled only | WER both "
+             "| first word (both) |",
+             "|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         user = "silent" if row["level_db"] is None else f"{row['level_db']:+g} dB"
         delay = row["delay_p50_ms"] if row["delay_p50_ms"] is not None else "-"
         p95 = row["delay_p95_ms"] if row["delay_p95_ms"] is not None else "-"
         late = row.get("late_ms", 0)  # runs before session 26 had no late callbacks
-        heard = [row.get(k) for k in ("clipped_100ms", "clipped_p95_ms", "wer")]
+        heard = [row.get(k) for k in ("clipped_100ms", "clipped_p95_ms", "wer_cancelled",
+                                      "wer")]
         first = row.get("first_word")
         heard.append(f"{first}/{row['barge_ins']}" if first is not None else None)
         cells = " | ".join("-" if v is None else str(v) for v in heard)

@@ -275,3 +275,23 @@ async def test_without_an_echo_the_user_barges_in_as_with_the_guard_alone(vad, v
         mic = ECHO_GUARD.mix(voice, 0.0, user, at)
         cancelled = await ECHO_GUARD.barge_in_at(vad, mic, voice, "cancelled")
         assert cancelled is not None and cancelled - at < 1.0, (at, cancelled)
+
+
+def test_blocks_changed_while_the_reply_played_carry_the_microphones_own(voice) -> None:
+    """Whisper is given both versions of words said over the reply (pipeline/mic_tape.py):
+    a block the canceller changed while something played carries what the microphone
+    heard; after the reply (its echo's tail included) there is one version."""
+    mic = np.concatenate([ECHO_GUARD.mix(voice, 0.5, None, 0.0),
+                          np.zeros(2 * SAMPLE_RATE, np.float32)])
+    canceller = EchoCanceller(ECHO_GUARD.KnownPlayback(voice))
+    out = [canceller.process(MicBlock(mic[i:i + BLOCK], (i + BLOCK) / SAMPLE_RATE))
+           for i in range(0, mic.size - BLOCK + 1, BLOCK)]
+    for i, b in enumerate(out):
+        heard = mic[i * BLOCK:(i + 1) * BLOCK]
+        if not np.array_equal(b.samples, heard):  # changed: what was heard comes too
+            assert b.uncancelled is not None, i
+        if b.uncancelled is not None:
+            assert np.array_equal(b.uncancelled, heard), i
+    changed = sum(b.uncancelled is not None for b in out)
+    assert changed * BLOCK > 0.8 * voice.size  # most of the reply
+    assert all(b.uncancelled is None for b in out[-SAMPLE_RATE // BLOCK:])

@@ -450,3 +450,35 @@ async def test_a_reply_with_nothing_to_say_aloud_is_asked_again_then_not_kept() 
         saved = await runner.run(AUDIO)  # "..." then a real reply: that one is spoken
         assert saved.reply == "".join(tokens(*SENTENCES)) and saved.committed
         assert saved.metrics.first_audio_ms is not None
+
+
+async def test_audio_spoken_over_the_reply_is_transcribed_both_ways_and_the_surer_kept(
+        slow_fake) -> None:
+    """With the microphone's own samples beside the echo-cancelled ones (the user spoke
+    over the reply), both are decoded and the transcript Whisper was surer of is the turn's;
+    ``asr.end`` names which. Without them, one decode."""
+
+    class ByAudio(FakeAsr):
+        def __init__(self) -> None:
+            super().__init__()
+            self.decoded = 0
+
+        def recognize(self, audio: np.ndarray) -> AsrResult:
+            self.decoded += 1
+            if audio[0] > 0:  # the microphone's own samples in this test
+                return AsrResult("How can I learn a new language quickly?", -0.2, 0.9)
+            return AsrResult("I learned a through-angle quickly.", -0.9, 0.1)
+
+    fake, client = slow_fake
+    runner = await make_runner(fake, client)
+    asr = ByAudio()
+    runner.asr = asr
+    cancelled, own = np.zeros(RATE, np.float32), np.full(RATE, 0.1, np.float32)
+    result = await runner.run(cancelled, uncancelled=own)
+    [end] = [e.data for e in result.events if e.name == "asr.end"]
+    assert end["text"] == "How can I learn a new language quickly?"
+    assert end["double_talk"] == "microphone" and asr.decoded == 2
+    result = await runner.run(cancelled)
+    [end] = [e.data for e in result.events if e.name == "asr.end"]
+    assert "double_talk" not in end and asr.decoded == 3
+    assert end["text"] == "I learned a through-angle quickly."
