@@ -38,8 +38,9 @@ class AsrResult:
     # How a decode that looped was mended: "cut" (where the repeat began), "fitted" (more
     # silence) or "full" (30 s window).
     redone: str = ""
-    # Decoded twice, echo-cancelled and as the microphone heard it (the user spoke over
-    # the reply): which was kept, "cancelled" or "microphone" ("" when decoded once).
+    # Audio the echo canceller changed (the user spoke over the reply): "sure" (Whisper
+    # was sure of the cancelled audio), else decoded both ways and the one kept,
+    # "cancelled" or "microphone"; "" for audio the canceller left alone.
     double_talk: str = ""
 
 

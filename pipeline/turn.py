@@ -46,7 +46,7 @@ from pipeline.llm_client import (
     TokenDelta,
 )
 from pipeline.metrics import TurnMetrics, turn_metrics
-from pipeline.mic_tape import surer
+from pipeline.mic_tape import recognize_over_reply
 from pipeline.outlet import Outlet
 from pipeline.rejoin import Rejoined, join_transcripts
 from pipeline.splitter import PHRASE_STARTS, SentenceSplitter, SpeechChunker
@@ -202,18 +202,16 @@ class TurnRunner:
         into ``asr_clock``.
 
         With ``uncancelled`` (the same span before the echo canceller, which bent the
-        user's words where they overlapped the reply) a confident transcriber decodes both
-        and the transcript it was surer of is kept: a second decode for the turns that
-        spoke over the reply, for a third to a half of their word errors
-        (``pipeline.mic_tape``)."""
+        user's words where they overlapped the reply) a confident transcriber unsure of the
+        cancelled audio decodes the microphone's own too and keeps the transcript it was
+        surer of: a second decode for half the turns that spoke over the reply, for a
+        third to two thirds of their word errors (``pipeline.mic_tape``)."""
         asr = self.asr
         if asr is None:
             raise TurnError("no speech recognizer for this audio")
         started = time.perf_counter()
         if isinstance(asr, ConfidentTranscriber):
-            heard, kept = asr.recognize(audio), ""
-            if uncancelled is not None:
-                heard, kept = surer(heard, asr.recognize(uncancelled))
+            heard, kept = recognize_over_reply(asr.recognize, audio, uncancelled)
             result = AsrResult(heard.text, heard.avg_logprob, heard.last_word_prob,
                                heard.redone, kept)
         else:

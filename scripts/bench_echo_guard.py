@@ -43,7 +43,8 @@ and version, the barge-ins out of the trials, those that came before the user sa
 alone, as after the playback stopped): the WER against samples/transcripts.json and how
 often the question's first word survived, for the echo-cancelled audio alone (before
 session 27) and for the turn's choice now (that and the microphone's own samples decoded,
-the transcript Whisper was surer of kept: ``pipeline.mic_tape``). ``--backtrack-ms 0
+the transcript Whisper was surer of kept, when it was not sure of the first:
+``pipeline.mic_tape``). ``--backtrack-ms 0
 1000`` compares the segmenter's start before session 27 (the pre-roll only) with its
 reach back over the user's softer first syllables, on the same audio.
 
@@ -79,7 +80,7 @@ from pipeline.bargein import BargeIn, EchoGuard, SustainedSpeech  # noqa: E402
 from pipeline.echo_cancel import RESYNC_S, EchoCanceller  # noqa: E402
 from pipeline.events import EventName, EventRecorder  # noqa: E402
 from pipeline.mic import MicBlock, SegmenterConfig, SileroStream, UtteranceSegmenter  # noqa: E402
-from pipeline.mic_tape import surer  # noqa: E402
+from pipeline.mic_tape import recognize_over_reply  # noqa: E402
 from pipeline.playback_tap import level_before, loudest_rms, played_during  # noqa: E402
 
 BLOCK = SAMPLE_RATE // 50  # the microphone's 20 ms blocks
@@ -308,16 +309,18 @@ def words_heard(asr: WhisperAsr | None, decision: Decision, user: np.ndarray,
                 at_s: float) -> tuple[str, str] | None:
     """What Whisper makes of the barging utterance as the turn hands it over: what the
     segmenter kept up to the barge-in, then the user alone (playback stops at the
-    barge-in). (Echo-cancelled audio only, as before session 27; the turn's choice now:
-    that and the microphone's own samples decoded, the surer transcript kept.)"""
+    barge-in). (The echo-cancelled audio alone, as before session 27; and the turn's
+    choice now, ``recognize_over_reply``.)"""
     if asr is None or decision.at is None:
         return None
     rest = user[max(0, int((decision.at - at_s) * SAMPLE_RATE)):]
-    cancelled = asr.recognize(np.concatenate([decision.heard, rest]), gated=False)
-    if np.array_equal(decision.own, decision.heard):
-        return cancelled.text, cancelled.text
-    own = asr.recognize(np.concatenate([decision.own, rest]), gated=False)
-    return cancelled.text, surer(cancelled, own)[0].text
+    cancelled = np.concatenate([decision.heard, rest])
+    before = asr.recognize(cancelled)
+    own = (None if np.array_equal(decision.own, decision.heard)
+           else np.concatenate([decision.own, rest]))
+    now, _ = recognize_over_reply(lambda audio: before if audio is cancelled
+                                  else asr.recognize(audio), cancelled, own)
+    return before.text, now.text
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -331,7 +334,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     if args.words:
         from services import models
 
-        asr = WhisperAsr(models.whisper_model_dir(), gate=False)
+        asr = WhisperAsr(models.whisper_model_dir())
         asr.load()
     rows: list[dict[str, object]] = []
     per_gap = {gap: [played(s, gap) for s in sentences] for gap in args.gaps}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from pipeline.mic import MicBlock, UtteranceEnd
-from pipeline.mic_tape import MicTape
+from pipeline.mic_tape import MicTape, recognize_over_reply, surer
 
 BLOCK = 320  # 20 ms at 16 kHz
 
@@ -39,3 +41,35 @@ def test_the_tape_keeps_its_last_seconds_across_the_ring() -> None:
     own = tape.uncancelled(8 * BLOCK, 4 * BLOCK)
     assert own is not None and list(own[::BLOCK]) == [9, 10, 11, 12]
     assert tape.uncancelled(2 * BLOCK, BLOCK) is None  # overwritten since
+
+
+@dataclass
+class Heard:
+    text: str
+    avg_logprob: float
+    last_word_prob: float | None = None
+    redone: str = ""
+
+
+def test_the_surer_transcript_is_kept_but_never_words_where_the_canceller_heard_none() -> None:
+    garbled, clear = Heard("I learned a through-angle.", -0.9), Heard("How can I learn?", -0.2)
+    assert surer(garbled, clear) == (clear, "microphone")
+    assert surer(clear, garbled) == (clear, "cancelled")
+    echo = Heard("The sky appears blue.", -0.1)  # the reply's echo, loud in the microphone
+    assert surer(Heard("", -2.0), echo)[1] == "cancelled"
+
+
+def test_whisper_sure_of_the_cancelled_audio_decodes_once() -> None:
+    decoded: list[str] = []
+    said = {"cancelled": Heard("Why is the sky blue?", -0.1), "own": Heard("Why?", -0.5)}
+
+    def recognize(audio: np.ndarray) -> Heard:
+        decoded.append(str(audio[0]))
+        return said[str(audio[0])]
+
+    cancelled, own = np.array(["cancelled"]), np.array(["own"])
+    assert recognize_over_reply(recognize, cancelled, own) == (said["cancelled"], "sure")
+    assert decoded == ["cancelled"]
+    said["cancelled"] = Heard("Why is the sky blew?", -0.6)
+    assert recognize_over_reply(recognize, cancelled, own) == (said["own"], "microphone")
+    assert recognize_over_reply(recognize, cancelled, None)[1] == ""

@@ -455,8 +455,9 @@ async def test_a_reply_with_nothing_to_say_aloud_is_asked_again_then_not_kept() 
 async def test_audio_spoken_over_the_reply_is_transcribed_both_ways_and_the_surer_kept(
         slow_fake) -> None:
     """With the microphone's own samples beside the echo-cancelled ones (the user spoke
-    over the reply), both are decoded and the transcript Whisper was surer of is the turn's;
-    ``asr.end`` names which. Without them, one decode."""
+    over the reply) and Whisper unsure of the cancelled audio, both are decoded and the
+    transcript Whisper was surer of is the turn's; ``asr.end`` names which. Without them,
+    or with Whisper sure, one decode."""
 
     class ByAudio(FakeAsr):
         def __init__(self) -> None:
@@ -482,3 +483,7 @@ async def test_audio_spoken_over_the_reply_is_transcribed_both_ways_and_the_sure
     [end] = [e.data for e in result.events if e.name == "asr.end"]
     assert "double_talk" not in end and asr.decoded == 3
     assert end["text"] == "I learned a through-angle quickly."
+    # Whisper sure of the cancelled audio: one decode
+    result = await runner.run(own, uncancelled=cancelled)
+    [end] = [e.data for e in result.events if e.name == "asr.end"]
+    assert end["double_talk"] == "sure" and asr.decoded == 4
