@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from pipeline.asr import Transcript
 from pipeline.mic import MicBlock, UtteranceEnd
 from pipeline.mic_tape import MicTape, recognize_over_reply, surer
 
@@ -43,12 +42,8 @@ def test_the_tape_keeps_its_last_seconds_across_the_ring() -> None:
     assert tape.uncancelled(2 * BLOCK, BLOCK) is None  # overwritten since
 
 
-@dataclass
-class Heard:
-    text: str
-    avg_logprob: float
-    last_word_prob: float | None = None
-    redone: str = ""
+def Heard(text: str, avg_logprob: float) -> Transcript:  # noqa: N802 (reads as a type)
+    return Transcript(text, "fitted", avg_logprob=avg_logprob)
 
 
 def test_the_surer_transcript_is_kept_but_never_words_where_the_canceller_heard_none() -> None:
@@ -63,7 +58,7 @@ def test_whisper_sure_of_the_cancelled_audio_decodes_once() -> None:
     decoded: list[str] = []
     said = {"cancelled": Heard("Why is the sky blue?", -0.1), "own": Heard("Why?", -0.5)}
 
-    def recognize(audio: np.ndarray) -> Heard:
+    def recognize(audio: np.ndarray) -> Transcript:
         decoded.append(str(audio[0]))
         return said[str(audio[0])]
 
