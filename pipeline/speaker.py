@@ -21,6 +21,8 @@ from pipeline.sound_device import (
 log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 5.0
+# How long close() waits for a PortAudio call (flush, stop) before leaving it behind.
+_CLOSE_TIMEOUT_S = 5.0
 
 
 class SoundDeviceSink:
@@ -217,13 +219,25 @@ class SoundDeviceSink:
         self._stopped = False
 
     async def close(self) -> None:
+        """Stop and close the device; a PortAudio call that hangs (an abort, restart or
+        stop the sound server does not answer) is waited for ``_CLOSE_TIMEOUT_S`` at most
+        and left behind on its daemon thread: closing must not hang the program."""
         self.stop()
         stream, self._stream = self._stream, None
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
-            await asyncio.to_thread(flusher.join)
+            await asyncio.to_thread(flusher.join, _CLOSE_TIMEOUT_S)
+            if flusher.is_alive():
+                log.warning("output device flush still running after %.0f s; closing anyway",
+                            _CLOSE_TIMEOUT_S)
         if stream is not None:
-            await asyncio.to_thread(close_stream, stream)
+            closer = threading.Thread(target=close_stream, args=(stream,),
+                                      name="audio-out-close", daemon=True)
+            closer.start()
+            await asyncio.to_thread(closer.join, _CLOSE_TIMEOUT_S)
+            if closer.is_alive():
+                log.warning("output device did not close within %.0f s; left to the "
+                            "process's exit", _CLOSE_TIMEOUT_S)
 
 
 def _set_if_pending(fut: asyncio.Future[float], value: float) -> None:

@@ -181,10 +181,35 @@ async def test_sound_device_sink_play_before_open() -> None:
         await SoundDeviceSink().play(ramp(0.01))
 
 
+async def test_a_device_that_hangs_on_stop_does_not_hang_close(monkeypatch) -> None:
+    """CI once saw the PulseAudio child below time out after 60 s; a PortAudio call the
+    sound server does not answer must not keep close() (and talk's exit) waiting."""
+    import threading
+
+    from pipeline import speaker
+
+    release = threading.Event()
+
+    class HangingStream:
+        def stop(self) -> None:
+            release.wait(30)  # the sound server never answers (within the test)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(speaker, "_CLOSE_TIMEOUT_S", 0.2)
+    sink = SoundDeviceSink()
+    sink._stream = HangingStream()
+    started = time.monotonic()
+    await sink.close()
+    assert time.monotonic() - started < 5  # not the 30 s the stop would take
+    release.set()
+
 # --- The real PortAudio path, no hardware: a PulseAudio null sink ---------------------
 CHILD = r"""
-import asyncio, json, sys, time
+import asyncio, faulthandler, json, sys, time
 import numpy as np
+faulthandler.dump_traceback_later(45, exit=True)  # a hang says where it is (stderr)
 from pipeline.speaker import SoundDeviceSink
 
 async def main():
