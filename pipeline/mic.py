@@ -169,8 +169,8 @@ class SegmenterConfig:
     # An utterance that starts under the echo guard also keeps the run of windows before
     # it that passed the guard's softer onset test, up to this much (then the pre-roll).
     # A user who began over a loud stretch of the reply was heard only from a later
-    # syllable: "How can I learn a new language" reached Whisper as "learn a new language"
-    # (scripts/bench_echo_guard.py --backtrack-ms measures the words kept).
+    # syllable: in CI "How can I learn a new language quickly?" lost its first 0.5 s
+    # (scripts/bench_echo_guard.py --backtrack-ms measures the onsets and words kept).
     onset_backtrack_ms: int = 1000
     min_utterance_ms: int = 200  # shorter voiced time is a click or a cough: dropped
     max_utterance_s: float = 30.0  # Whisper's window; longer speech is cut here
@@ -221,7 +221,10 @@ class UtteranceSegmenter:
     @property
     def first_sample(self) -> int | None:
         """Stream position of the current utterance's first sample (pre-roll included)."""
-        return self._start - self._pre * WINDOW if self._in_speech else None
+        return self._first() if self._in_speech else None
+
+    def _first(self) -> int:
+        return self._start - self._pre * WINDOW
 
     def reset(self) -> None:
         """Forget the current utterance (e.g. the device restarted)."""
@@ -360,7 +363,7 @@ class UtteranceSegmenter:
         keep = len(self._speech) - self._silent  # drop the trailing silence...
         tail = min(self._silent, int(self.config.pre_roll_ms / WINDOW_MS))
         windows = self._speech[:keep + tail]  # ...but keep a little, like the pre-roll
-        return windows, self._start - self._pre * WINDOW, keep * WINDOW  # first_sample
+        return windows, self._first(), keep * WINDOW
 
     def _so_far_event(self, kind: type[SpeechGap | SpeechPause]) -> list[SegmentEvent]:
         speech_ms = self._voiced * WINDOW_MS

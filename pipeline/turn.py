@@ -180,15 +180,14 @@ class TurnRunner:
         message is that text joined with the new transcript (``join_transcripts``), and
         ``asr.end`` records it (``rejoined: {text, turn}``).
         ``uncancelled``: ``audio`` as the microphone heard it, when the echo canceller
-        changed it while the reply played (``pipeline.mic_tape``): both are transcribed
-        (``recognize``)."""
+        changed it while the reply played (``pipeline.mic_tape``): transcribed too when
+        Whisper was unsure of ``audio`` (``recognize``)."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.turns += 1
         rec = EventRecorder(self.turns, t0, self.listeners)
-        turn = _Turn(self, rec, mode, confirmed, speech_end_ms, early, rejoined)
-        turn.uncancelled = uncancelled
+        turn = _Turn(self, rec, mode, confirmed, speech_end_ms, early, rejoined, uncancelled)
         self._current = turn
         try:
             return await turn.run(audio, text)
@@ -280,7 +279,8 @@ class _Turn:
                  confirmed: asyncio.Event | None = None,
                  speech_end_ms: float | None = None,
                  early: EarlyTranscript | None = None,
-                 rejoined: Rejoined | None = None) -> None:
+                 rejoined: Rejoined | None = None,
+                 uncancelled: np.ndarray | None = None) -> None:
         self.runner, self.rec, self.mode = runner, rec, mode
         self.cfg = runner.config
         self.tasks = TaskSet(f"turn{rec.turn}")
@@ -301,7 +301,7 @@ class _Turn:
         self.hangup: asyncio.Task[None] | None = None
         self.tts_thread: int | None = None
         self.early = early  # a transcription started before t = 0 (pipeline/early_asr.py)
-        self.uncancelled: np.ndarray | None = None  # the audio before the echo canceller
+        self.uncancelled = uncancelled  # the audio before the echo canceller, if it changed
         self.rejoined = rejoined  # the user's words of a cut turn, before the new ones
 
     @property
@@ -467,13 +467,15 @@ class _Turn:
             confidence["last_word_prob"] = round(heard.last_word_prob, 3)
         # Whisper looped: part of asr_ms is the decode done again.
         redone: dict[str, Any] = {"redone": heard.redone} if heard.redone else {}
-        if heard.double_talk:  # both versions decoded: which one was kept
-            redone["double_talk"] = heard.double_talk
+        # The canceller changed this audio: one decode ("sure") or two, and the one kept.
+        double_talk: dict[str, Any] = ({"double_talk": heard.double_talk}
+                                       if heard.double_talk else {})
         # ``text`` stays the new words alone (the live endpoint policy judges them, with the
         # confidence and pitch of this audio); ``rejoined`` says what goes before them.
         rejoined: dict[str, Any] = ({} if self.rejoined is None
                                     else {"rejoined": self.rejoined.to_dict()})
-        self.rec.emit(EventName.ASR_END, text=transcript, **confidence, **redone, **rejoined)
+        self.rec.emit(EventName.ASR_END, text=transcript, **confidence, **redone,
+                      **double_talk, **rejoined)
         if not transcript and self.rejoined is None:
             raise TurnError("heard no speech in this turn (silence or noise only)")
         # With words of a cut turn and none new, the voice that cut it was no words (a

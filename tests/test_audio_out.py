@@ -205,6 +205,7 @@ async def test_a_device_that_hangs_on_stop_does_not_hang_close(monkeypatch) -> N
     assert time.monotonic() - started < 5  # not the 30 s the stop would take
     release.set()
 
+
 # --- The real PortAudio path, no hardware: a PulseAudio null sink ---------------------
 CHILD = r"""
 import asyncio, faulthandler, json, sys, time
