@@ -80,6 +80,27 @@ class FarEnd(Protocol):
         ...
 
 
+def leave_past_the_native_runtime(code: int) -> None:
+    """End the process with ``code`` without finalizing the interpreter, if the canceller's
+    native runtime (livekit's, with its tokio threads) was started in it; else return.
+
+    Those threads outlive Python. One that calls back into Python while the interpreter
+    finalizes is ended by Python 3.11 with ``pthread_exit``, whose unwinding Rust turns
+    into an abort: CI (stop 34) reported "2072 passed", then "thread 'tokio-rt-worker'
+    panicked ... panic in a function that cannot unwind" and exit 134. Call it last, with
+    everything written (output is flushed here)."""
+    import os
+    import sys
+
+    ffi = sys.modules.get("livekit.rtc._ffi_client")
+    if ffi is None or getattr(ffi.FfiClient, "_instance", None) is None:
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))) if x.size else 0.0
 

@@ -57,7 +57,19 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The program (``argv`` None: the process's own arguments, and its exit), or one
+    command in this process (tests)."""
+    if argv is not None:
+        return _command(argv)
+    code = _command(sys.argv[1:])
+    if "pipeline.echo_cancel" in sys.modules:  # talk's canceller ran: see there
+        from pipeline.echo_cancel import leave_past_the_native_runtime
+
+        leave_past_the_native_runtime(code)
+    return code
+
+
+def _command(argv: list[str]) -> int:
     selected = next((a for a in argv if a in COMMANDS), None)
     args = build_parser(selected).parse_args(argv)
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)]

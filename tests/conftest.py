@@ -11,8 +11,6 @@ installed (run scripts/setup).
 from __future__ import annotations
 
 import atexit
-import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,21 +55,11 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLl
         server.stop()
 
 
-def _leave(status: int) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Leave without tearing the interpreter down once livekit's native runtime has run here.
+    """Once pytest has reported and cleaned up, leave without finalizing the interpreter
+    if the echo canceller's native runtime ran here (its threads can abort the
+    finalization: ``pipeline.echo_cancel.leave_past_the_native_runtime``). Registered
+    last, this runs first at exit."""
+    from pipeline.echo_cancel import leave_past_the_native_runtime
 
-    Its tokio threads outlive Python: one that calls back into Python while the interpreter
-    finalizes is ended by Python 3.11 with ``pthread_exit``, whose unwinding Rust turns into
-    an abort (CI, stop 34: "2072 passed", then "thread 'tokio-rt-worker' panicked ... panic
-    in a function that cannot unwind", exit 134). Registered last, this handler runs first
-    at exit, after pytest has reported and cleaned up.
-    """
-    ffi = sys.modules.get("livekit.rtc._ffi_client")
-    if ffi is not None and getattr(ffi.FfiClient, "_instance", None) is not None:
-        atexit.register(_leave, int(exitstatus))
+    atexit.register(leave_past_the_native_runtime, int(exitstatus))
