@@ -65,6 +65,16 @@ RESYNC_AFTER_S = 0.25
 # tests/test_talk_pulseaudio.py: a barge-in heard only in the reply's pauses), so the
 # microphone's own samples are handed on instead.
 ECHO_HEARD = 0.03
+# The far end is handed to AEC3 this much ahead of the microphone's clock. AEC3 cancels
+# only an echo that comes *after* its far end; through PulseAudio the echo followed the
+# far end by only ~25 ms (measured in talk), and a few tens of ms of jitter in the
+# devices' dating (the sample count against the DAC clock) then put it before: AEC3 lost
+# the echo path and the assistant interrupted itself (CI). Replaying that run
+# (tests/recordings/) with the far end 0-120 ms later: 12 of 26 replays interrupted with
+# no lead, 4 with 30 ms, 1 with 60 ms, 0 with 100 ms, while users over the echo kept
+# their barge-ins (scripts/bench_echo_guard.py; docs/talk.md). The audio ahead of the
+# device is known: the rest of a sentence follows on (``PlaybackTap``).
+FAR_LEAD_S = 0.06
 _ECHO_EVIDENCE = 25  # playback blocks before the median is trusted (0.5 s); echo until then
 
 
@@ -120,10 +130,12 @@ class EchoCanceller:
     """
 
     def __init__(self, far: FarEnd, *,
-                 user_speaking: Callable[[], bool] = lambda: False) -> None:
+                 user_speaking: Callable[[], bool] = lambda: False,
+                 lead_s: float = FAR_LEAD_S) -> None:
         from livekit import rtc  # the native WebRTC build; imported only when asked for
 
         self.far = far
+        self.lead_s = lead_s
         # The user's voice is not evidence of an echo (the segmenter's in_speech in talk)
         self.user_speaking = user_speaking
         self._rtc: Any = rtc
@@ -154,7 +166,8 @@ class EchoCanceller:
         if not frames:
             return block
         span = self._span(block.t, mic.size / SAMPLE_RATE)
-        far = self.far.played_between(*span, SAMPLE_RATE)
+        far = self.far.played_between(span[0] + self.lead_s, span[1] + self.lead_s,
+                                      SAMPLE_RATE)  # ahead: FAR_LEAD_S
         if far.any():
             self._played_at = block.t
         self._listen_for_echo(mic, span[1])

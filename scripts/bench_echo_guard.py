@@ -25,7 +25,9 @@ Versions of the guard, on the same audio in the same run:
 - ``cancelled``: the echo canceller first (``pipeline.echo_cancel``, talk's default), its
   far end the reply as played, then the guard's level test alone
   (``EchoGuard.behind_canceller``: Silero's usual 0.5, no extra 200 ms);
-- ``cancelled-strict``: the canceller, then the whole guard, as ``shipped``.
+- ``cancelled-strict``: the canceller, then the whole guard, as ``shipped``;
+- ``cancelled-s27``: ``cancelled`` as before session 28, the far end handed to the
+  canceller on the microphone's clock rather than ``FAR_LEAD_S`` ahead.
 
 The echo here is a delayed, scaled copy of the reply: a linear path, the easy case for a
 canceller (a real room adds reverberation and a loudspeaker's distortion, which leave more
@@ -77,7 +79,7 @@ from bench_asr import wer, words  # noqa: E402
 from pipeline.asr import WhisperAsr  # noqa: E402
 from pipeline.audio_in import SAMPLE_RATE, load_wav  # noqa: E402
 from pipeline.bargein import BargeIn, EchoGuard, SustainedSpeech  # noqa: E402
-from pipeline.echo_cancel import RESYNC_S, EchoCanceller  # noqa: E402
+from pipeline.echo_cancel import RESYNC_S, EchoCanceller, FarEnd  # noqa: E402
 from pipeline.events import EventName, EventRecorder  # noqa: E402
 from pipeline.mic import MicBlock, SegmenterConfig, SileroStream, UtteranceSegmenter  # noqa: E402
 from pipeline.mic_tape import recognize_over_reply  # noqa: E402
@@ -85,6 +87,9 @@ from pipeline.playback_tap import level_before, loudest_rms, played_during  # no
 
 BLOCK = SAMPLE_RATE // 50  # the microphone's 20 ms blocks
 ECHO_DELAY_S = 0.04
+# CI, session 27: the reply's echo through PulseAudio, on which the canceller's residual
+# interrupted the assistant (tests/recordings/README.md)
+RECORDED = ROOT / "tests" / "recordings" / "open_speakers_ci27"
 REPLIES = [
     ["The sky looks blue because of the way sunlight is scattered by the air.",
      "Sunlight is made of many colours, and blue light has a shorter wavelength.",
@@ -130,6 +135,15 @@ class ArrivalCanceller(EchoCanceller):
         return span
 
 
+class NoLeadCanceller(EchoCanceller):
+    """The canceller before session 28: the far end on the microphone's own clock, not
+    ``FAR_LEAD_S`` ahead of it."""
+
+    def __init__(self, far: FarEnd, *,
+                 user_speaking: Callable[[], bool] = lambda: False) -> None:
+        super().__init__(far, user_speaking=user_speaking, lead_s=0.0)
+
+
 # name: (barge-in detector, echo guard, echo canceller first or None)
 VERSIONS: dict[str, tuple[type[SustainedSpeech], Callable[[], EchoGuard],
                           type[EchoCanceller] | None]] = {
@@ -137,6 +151,7 @@ VERSIONS: dict[str, tuple[type[SustainedSpeech], Callable[[], EchoGuard],
     "reached": (SustainedSpeech, LearnsAlways, None),
     "shipped": (SustainedSpeech, EchoGuard, None),
     "cancelled": (SustainedSpeech, EchoGuard.behind_canceller, EchoCanceller),
+    "cancelled-s27": (SustainedSpeech, EchoGuard.behind_canceller, NoLeadCanceller),
     "cancelled-strict": (SustainedSpeech, EchoGuard, EchoCanceller),
     "cancelled-arrival": (SustainedSpeech, EchoGuard.behind_canceller, ArrivalCanceller),
 }
@@ -404,6 +419,43 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "users": len(users), "step_s": args.step, "rows": rows}
 
 
+async def recorded_echo(vad: SileroStream, folder: Path, versions: list[str],
+                        shifts_ms: list[int]) -> list[dict[str, object]]:
+    """A real echo path: ``speaker.wav`` (what the sink played) and ``mic.wav`` (what the
+    microphone heard, the assistant alone) recorded side by side, replayed with the far
+    end shifted by each of ``shifts_ms`` (the two recordings' alignment, like the device
+    latency the product measures, is known only to some tens of ms, and AEC3's residual
+    depends on it). Any barge-in is the assistant interrupting itself."""
+    speaker, mic = load_wav(folder / "speaker.wav"), load_wav(folder / "mic.wav")
+    loud = np.flatnonzero(np.abs(speaker) > 0.02)
+    start = max(0, int(loud[0]) - SAMPLE_RATE // 10) if loud.size else 0
+    speaker, mic = speaker[start:], mic[start:]
+    rows: list[dict[str, object]] = []
+    for version in versions:
+        fired = []
+        for shift in shifts_ms:
+            far = np.concatenate([np.zeros(shift * SAMPLE_RATE // 1000, np.float32), speaker])
+            at = (await barge_in(vad, mic, far, version)).at
+            fired.append(None if at is None else round(at, 2))
+        rows.append({"recording": folder.name, "version": version, "shifts_ms": shifts_ms,
+                     "fired_s": fired, "self_barge_ins": sum(f is not None for f in fired)})
+    return rows
+
+
+def recorded_report(rows: list[dict[str, object]]) -> str:
+    lines = ["", "Recorded echo (the assistant alone; any barge-in interrupts itself), far "
+             "end shifted by each of the shifts:", "",
+             "| recording | version | self barge-ins | at s (per shift, - none) |",
+             "|---|---|---:|---|"]
+    for row in rows:
+        fired = row["fired_s"]
+        assert isinstance(fired, list)
+        cells = " ".join("-" if f is None else f"{f:g}" for f in fired)
+        lines.append(f"| {row['recording']} | {row['version']} | {row['self_barge_ins']}/"
+                     f"{len(fired)} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def first_word_kept(reference: str, transcript: str) -> bool:
     """The question's first word among the transcript's first three."""
     return words(reference)[0] in words(transcript)[:3]
@@ -464,11 +516,24 @@ def main() -> int:
                          "whether the question's first word was kept)")
     ap.add_argument("--versions", nargs="+", choices=list(VERSIONS), default=list(VERSIONS),
                     help="which versions to run, on the same audio (default all)")
+    ap.add_argument("--recorded", type=Path, nargs="*", default=[RECORDED],
+                    help="folders with speaker.wav and mic.wav of a real echo path (the "
+                         "assistant alone) to replay through each version (default: "
+                         "the CI run in tests/recordings/; none: skip)")
+    ap.add_argument("--shifts-ms", type=int, nargs="+", default=list(range(0, 130, 10)),
+                    help="far-end shifts for --recorded, ms (default 0 to 120 by 10)")
+    ap.add_argument("--recorded-only", action="store_true",
+                    help="only the --recorded replays (a minute, not the whole bench)")
     args = ap.parse_args()
-    result = asyncio.run(run(args))
+    result: dict[str, object] = {"rows": []} if args.recorded_only else asyncio.run(run(args))
+    vad = SileroStream()
+    result["recorded"] = [row for folder in args.recorded for row in asyncio.run(
+        recorded_echo(vad, folder, args.versions, args.shifts_ms))]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "echo_guard.json").write_text(json.dumps(result, indent=1))
-    text = report(result)
+    recorded = result["recorded"]
+    assert isinstance(recorded, list)
+    text = ("" if args.recorded_only else report(result)) + recorded_report(recorded)
     (args.out / "echo_guard.md").write_text(text)
     print(text)
     return 0
