@@ -12,8 +12,10 @@ anything else sees it. Its far end is what the speaker played over the same 20 m
 (``FarEnd.played_between``, i.e. ``PlaybackTap`` in ``talk``, which dates each sentence
 from when the device played its first sample). AEC3 estimates the delay between the far
 end and its echo itself, so no clock needs to be exact; what it needs is a far end that
-comes before the echo (a microphone block arrives after its echo was captured, so it
-does) and that is one continuous stream (``_span``). The echo guard
+comes before the echo and that is one continuous stream (``_span``). A microphone block
+arrives after its echo was captured, but through PulseAudio by as little as nothing
+(the two devices' clocks are dated apart), so the far end is handed over ``FAR_LEAD_S``
+ahead. The echo guard
 still runs after it: it learns the echo that is *left* as the echo path, so it asks the
 user for less where the canceller works and for as much as before where it does not.
 
