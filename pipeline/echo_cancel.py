@@ -122,6 +122,48 @@ def _to_pcm(samples: np.ndarray) -> bytes:
     return pcm
 
 
+class EchoDelay:
+    """How long after its far end the echo reached the microphone over one reply: the lag
+    at which the two levels (10 ms frames) correlate best. AEC3 needs it positive; it is
+    the lead ``FAR_LEAD_S`` buys (``talk -v`` logs it after every reply)."""
+
+    LAGS_MS = range(-100, 310, 10)
+
+    def __init__(self, seconds: float = 8.0) -> None:
+        n = int(seconds * 100)
+        self._far: deque[float] = deque(maxlen=n)
+        self._mic: deque[float] = deque(maxlen=n)
+
+    def add(self, far: np.ndarray, mic: np.ndarray) -> None:
+        frames = min(far.size, mic.size) // FRAME
+        for k in range(frames):
+            part = slice(k * FRAME, (k + 1) * FRAME)
+            self._far.append(_rms(far[part]))
+            self._mic.append(_rms(mic[part]))
+
+    def delay_ms(self) -> float | None:
+        """None without a second of playback or a clear peak (correlation under 0.5)."""
+        far, mic = np.array(self._far), np.array(self._mic)
+        if np.count_nonzero(far > 0.01) < 100:
+            return None
+        best, at = 0.5, None
+        for lag_ms in self.LAGS_MS:
+            k = lag_ms // 10
+            a, b = (far[:far.size - k], mic[k:]) if k >= 0 else (far[-k:], mic[:mic.size + k])
+            if a.std() > 0 and b.std() > 0:
+                r = float(np.corrcoef(a, b)[0, 1])
+                if r > best:
+                    best, at = r, float(lag_ms)
+        return at
+
+    def clear(self) -> None:
+        self._far.clear()
+        self._mic.clear()
+
+    def __len__(self) -> int:
+        return len(self._far)
+
+
 class EchoCanceller:
     """Microphone blocks in, the same blocks with the played reply taken out.
 
@@ -147,6 +189,8 @@ class EchoCanceller:
         self._cursor = -np.inf  # where the far end's next block starts
         self._ratios: deque[float] = deque(maxlen=250)  # mic / far level while playing
         self.resyncs = 0  # times the far end was set again from the blocks' arrival
+        self._delay = EchoDelay()
+        self.echo_delays_ms: list[float] = []  # one per reply, where it showed
         self._apart_since: float | None = None  # arrival of the first block off its count
 
     @property
@@ -182,11 +226,25 @@ class EchoCanceller:
             near = rtc.AudioFrame(_to_pcm(mic[part]), SAMPLE_RATE, 1, FRAME)
             self._apm.process_stream(near)
             out[part] = np.frombuffer(bytes(near.data), dtype=np.int16) / 32768.0
-        if block.t - self._played_at > ECHO_TAIL_S or not self.echo_heard:
+        if block.t - self._played_at > ECHO_TAIL_S:
+            self._reply_over()
             return block  # nothing to hear but the user: their own samples
+        self._delay.add(far, mic)
+        if not self.echo_heard:
+            return block
         # The user's words over the reply are what AEC3 bends most (double talk):
         # Whisper gets the microphone's own samples as well (pipeline.mic_tape).
         return MicBlock(out, block.t, mic)
+
+    def _reply_over(self) -> None:
+        if not len(self._delay):
+            return
+        delay = self._delay.delay_ms()
+        self._delay.clear()
+        if delay is not None:
+            self.echo_delays_ms.append(delay)
+            log.info("echo canceller: the echo came %.0f ms after its far end (AEC3 needs "
+                     "it after; FAR_LEAD_S %.0f ms)", delay, self.lead_s * 1000)
 
     def _span(self, t: float, seconds: float) -> tuple[float, float]:
         """The far end's interval for a block that arrived at ``t``. The microphone's

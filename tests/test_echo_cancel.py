@@ -334,3 +334,16 @@ def test_a_process_that_ran_the_canceller_leaves_with_its_code(started: bool) ->
         assert (done.returncode, done.stdout) == (3, "written")
     else:  # nothing native to get past: an ordinary exit
         assert (done.returncode, done.stdout) == (0, "written and returned")
+
+
+@pytest.mark.parametrize("lead_s", [FAR_LEAD_S, 0.0])
+def test_the_canceller_measures_how_long_after_its_far_end_the_echo_came(voice, lead_s):
+    """The bench's echo comes 40 ms after the sound; handed over ``lead_s`` ahead, the far
+    end leads it by that much more (what talk -v logs after each reply)."""
+    mic = np.concatenate([ECHO_GUARD.mix(voice, 0.5, None, 0.0), np.zeros(SAMPLE_RATE)])
+    canceller = EchoCanceller(ECHO_GUARD.KnownPlayback(voice), lead_s=lead_s)
+    for i in range(0, mic.size - BLOCK + 1, BLOCK):
+        canceller.process(MicBlock(mic[i:i + BLOCK].astype(np.float32), (i + BLOCK) / SAMPLE_RATE))
+    expected = round((ECHO_GUARD.ECHO_DELAY_S + lead_s) * 1000)
+    # two replies to it: the two questions' files leave more than ECHO_TAIL_S between them
+    assert canceller.echo_delays_ms == [pytest.approx(expected, abs=10)] * 2
