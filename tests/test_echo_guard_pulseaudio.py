@@ -16,6 +16,7 @@ docs/talk.md (the echo guard) has the numbers.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -48,28 +49,33 @@ def echo_pulse() -> Iterator[dict[str, str]]:
 
 
 @contextmanager
-def talking(env: dict[str, str], url: str, tmp_path: Path,
-            *extra: str) -> Iterator[tuple[subprocess.Popen[str], EventLog]]:
-    """``voice-llm talk`` on the private PulseAudio, ready to listen; Ctrl-C at the end."""
+def talking(env: dict[str, str], url: str, tmp_path: Path, *extra: str,
+            verbose: bool = False) -> Iterator[tuple[subprocess.Popen[str], EventLog]]:
+    """``voice-llm talk`` on the private PulseAudio, ready to listen; Ctrl-C at the end.
+    Its stderr is kept in ``tmp_path / "talk.err"`` (with ``verbose``, the -v log)."""
     events = tmp_path / "events.jsonl"
-    talk = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "talk", "--llm-url", url, "--input-device",
-         "pulse", "--output-device", "pulse", "--events", str(events), *extra],
-        cwd=ROOT, env={**env, "VOICE_LLM_STATE": str(tmp_path / "state")},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err_path = tmp_path / "talk.err"  # a file, not a pipe: -v must never fill it and block
+    with err_path.open("w") as err_file:
+        talk = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *(["-v"] if verbose else []), "talk",
+             "--llm-url", url, "--input-device",
+             "pulse", "--output-device", "pulse", "--events", str(events), *extra],
+            cwd=ROOT, env={**env, "VOICE_LLM_STATE": str(tmp_path / "state")},
+            stdout=subprocess.PIPE, stderr=err_file, text=True)
     try:
         assert talk.stdout is not None
         ready = talk.stdout.readline()  # blocks until models are loaded and the mic is open
-        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
+        assert ready.startswith("ready:"), ready + err_path.read_text()
         time.sleep(0.5)
         yield talk, EventLog(events)
     finally:
         talk.send_signal(signal.SIGINT)
         try:
-            _, err = talk.communicate(timeout=30)
+            talk.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             talk.kill()
-            _, err = talk.communicate()
+            talk.communicate()
+    err = err_path.read_text()
     assert talk.returncode == 130, err  # stopped by SIGINT (Ctrl-C), as a shell reports
     assert "stopped by SIGINT" in err
     assert "Traceback" not in err, err
@@ -89,7 +95,7 @@ def record(env: dict[str, str], device: str, path: Path) -> subprocess.Popen[byt
 def test_open_speakers_do_not_interrupt_themselves(echo_pulse, llama_server, tmp_path,
                                                    mode) -> None:
     env = echo_pulse
-    with talking(env, llama_server.url, tmp_path, *mode) as (talk, log):
+    with talking(env, llama_server.url, tmp_path, *mode, verbose=True) as (talk, log):
         recorders = [record(env, f"{d}.monitor", tmp_path / f"{d}.wav")
                      for d in ("speaker", "mic")]
         try:
@@ -126,6 +132,11 @@ def test_open_speakers_do_not_interrupt_themselves(echo_pulse, llama_server, tmp
           f"played to the end without a barge-in ({' '.join(mode) or 'canceller'})")
     assert loud.sum() * 0.02 > 1.0
     assert 0.6 * ECHO_GAIN < ratio < 1.4 * ECHO_GAIN
+    if not mode:  # AEC3 cancels only an echo that comes after its far end (FAR_LEAD_S)
+        delays = [int(m) for m in re.findall(r"the echo came (-?\d+) ms after its far end",
+                                             (tmp_path / "talk.err").read_text())]
+        print(f"the echo came {delays} ms after the canceller's far end")
+        assert delays and min(delays) > 0, delays
 
 
 def test_without_the_guard_the_echo_interrupts(echo_pulse, llama_server, tmp_path) -> None:
