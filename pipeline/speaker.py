@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 _START_TIMEOUT_S = 5.0
 # How long close() waits for a PortAudio call (flush, stop) before leaving it behind.
 _CLOSE_TIMEOUT_S = 5.0
+# Blocks are dated back to back (the chain) unless PortAudio's DAC time says this one
+# is heard later (the output ran dry) or, outside a burst, this much earlier: the chain
+# had run ahead of the device. After a late callback PortAudio catches up with a burst of
+# blocks; chained through it, the dates stayed 40 ms late for the rest of the run while
+# the device was back on time (talk over PulseAudio: the echo then came 40 ms sooner
+# after its far end than before the burst). In steady pulling the two agree within ~7 ms.
+_CHAIN_SLACK_S = 0.010
 
 
 class SoundDeviceSink:
@@ -95,13 +102,12 @@ class SoundDeviceSink:
         if status:
             log.debug("output stream status: %s", status)
         now = time.monotonic()
-        if now - self._last_callback > 0.5 * self.block_ms / 1000 and self._last_callback:
+        steady = now - self._last_callback > 0.5 * self.block_ms / 1000
+        if steady and self._last_callback:
             self._pulling.set()
         self._last_callback = now
         with self._lock:
-            # After a start-up stall or an underrun, PortAudio pulls several blocks at once;
-            # they still reach the speaker one after the other, never overlapping.
-            heard_at = max(now + self._ahead(time_info), self._device_end)
+            heard_at = self._heard_at(now + self._ahead(time_info), burst=not steady)
             self._device_end = heard_at + frames / self.sample_rate
             buf = self._buf
             if buf is None:
@@ -115,6 +121,17 @@ class SoundDeviceSink:
             if self._pos >= buf.size:
                 self._buf = None
                 self._post(self._consumed, heard_at + n / self.sample_rate)
+
+    def _heard_at(self, dac: float, *, burst: bool) -> float:
+        """When this block will be heard: PortAudio's DAC time ``dac``, or right after
+        the previous block. After a start-up stall or an underrun PortAudio pulls several
+        blocks at once, with DAC times that do not always move on: through such a burst
+        they are chained, one after the other, never overlapping. Outside one, a chain
+        more than ``_CHAIN_SLACK_S`` ahead of the DAC time is dropped for it."""
+        chained = self._device_end
+        if dac >= chained or (not burst and chained - dac > _CHAIN_SLACK_S):
+            return dac
+        return chained
 
     def _ahead(self, time_info: Any) -> float:
         """Seconds until this block reaches the speaker; some host APIs report 0."""

@@ -181,6 +181,49 @@ async def test_sound_device_sink_play_before_open() -> None:
         await SoundDeviceSink().play(ramp(0.01))
 
 
+def dated_blocks(monkeypatch: pytest.MonkeyPatch,
+                 callbacks: list[tuple[float, float]]) -> list[float]:
+    """Drive the sink's PortAudio callback by hand: each (arrival, DAC time) pulls one
+    20 ms block of a playing sentence; returns when each block was dated heard."""
+    from types import SimpleNamespace
+
+    from pipeline import speaker
+
+    sink = SoundDeviceSink(block_ms=20)
+    sink.sample_rate = RATE
+    sink._buf = ramp(10.0)
+    clock = iter([at for at, _ in callbacks])
+    monkeypatch.setattr(speaker.time, "monotonic", lambda: next(clock))
+    out = np.zeros((RATE // 50, 1), dtype=np.int16)
+    for at, dac in callbacks:
+        sink._callback(out, out.shape[0], SimpleNamespace(currentTime=at,
+                                                          outputBufferDacTime=dac), None)
+    return [heard for heard, _ in sink._blocks]
+
+
+def test_a_burst_of_blocks_is_dated_one_after_the_other(monkeypatch) -> None:
+    # A late callback, then three pulled at once with the same DAC time: back to back.
+    dates = dated_blocks(monkeypatch, [(1.0, 1.05), (1.1, 1.15), (1.1005, 1.15),
+                                       (1.101, 1.15)])
+    assert dates == pytest.approx([1.05, 1.15, 1.17, 1.19])
+
+
+def test_after_a_burst_the_blocks_follow_the_device_again(monkeypatch) -> None:
+    """Chained through a burst, the dates ran 40 ms ahead of the device for the rest of a
+    talk run; the next steady callback's DAC time puts them back."""
+    burst = [(1.0, 1.05), (1.1, 1.15), (1.1005, 1.15), (1.101, 1.15)]
+    steady = [(1.12 + 0.02 * k, 1.17 + 0.02 * k) for k in range(4)]  # the device's truth
+    dates = dated_blocks(monkeypatch, burst + steady)
+    assert dates[4:] == pytest.approx([1.17, 1.19, 1.21, 1.23])
+
+
+def test_a_device_a_few_ms_off_its_chain_stays_chained(monkeypatch) -> None:
+    # DAC times that wobble by a few ms around a steady pull do not move the dates.
+    dates = dated_blocks(monkeypatch, [(1.0 + 0.02 * k, 1.05 + 0.02 * k - 0.004 * (k % 2))
+                                       for k in range(5)])
+    assert dates == pytest.approx([1.05 + 0.02 * k for k in range(5)])
+
+
 async def test_a_device_that_hangs_on_stop_does_not_hang_close(monkeypatch) -> None:
     """CI once saw the PulseAudio child below time out after 60 s; a PortAudio call the
     sound server does not answer must not keep close() (and talk's exit) waiting."""
