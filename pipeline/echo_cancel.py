@@ -72,12 +72,12 @@ ECHO_HEARD = 0.03
 # far end by 32, -5 and -40 ms in three runs of talk (``EchoDelay``: the devices' dating,
 # the microphone's sample count against the DAC clock, moves by tens of ms from run to
 # run; one cause, the sink's dates left 40 ms late after a burst, is fixed in
-# ``SoundDeviceSink._heard_at``), and when it came first AEC3 lost the echo path and the assistant interrupted
-# itself (CI). Replaying that run (tests/recordings/) with the far end 0-120 ms later:
-# 11-12 of 26 replays interrupted with no lead, 4 with 30 ms, 1 with 60-80 ms, none with
-# 100 ms, while users over the echo kept their barge-ins (scripts/bench_echo_guard.py;
-# docs/talk.md). The audio ahead of the device is known: the rest of a sentence follows
-# on (``PlaybackTap``).
+# ``SoundDeviceSink._heard_at``), and when it came first AEC3 lost the echo path and the
+# assistant interrupted itself (CI). Replaying that run (tests/recordings/) with the far
+# end 0-120 ms later: 11-12 of 26 replays interrupted with no lead, 4 with 30 ms, 1 with
+# 60-80 ms, none with 100 ms, while users over the echo kept their barge-ins
+# (scripts/bench_echo_guard.py; docs/talk.md). The audio ahead of the device is known:
+# the rest of a sentence follows on (``PlaybackTap``).
 FAR_LEAD_S = 0.1
 _ECHO_EVIDENCE = 25  # playback blocks before the median is trusted (0.5 s); echo until then
 

@@ -221,9 +221,11 @@ class SoundDeviceSink:
         self._flusher.start()
 
     def _abort_and_restart(self, stream: Any) -> None:
-        # The restart may take a while before the device pulls again (~2 s into a
-        # PulseAudio null sink here); it overlaps the user's next utterance, so the next
-        # reply does not wait for it.
+        # On a thread: abort and restart are PortAudio calls the sound server answers.
+        # Through a PulseAudio null sink the next play, 0.3-1.5 s after the stop, was
+        # heard 50-60 ms after its call, as on a stream that was never flushed (session
+        # 29, measured on the monitor's recording): the restart does not delay the reply
+        # that follows a barge-in.
         try:
             stream.abort()
             with self._lock:
