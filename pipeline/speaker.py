@@ -222,10 +222,11 @@ class SoundDeviceSink:
 
     def _abort_and_restart(self, stream: Any) -> None:
         # On a thread: abort and restart are PortAudio calls the sound server answers.
-        # Through a PulseAudio null sink the next play, 0.3-1.5 s after the stop, was
-        # heard 50-60 ms after its call, as on a stream that was never flushed (session
-        # 29, measured on the monitor's recording): the restart does not delay the reply
-        # that follows a barge-in.
+        # After the restart the device may not pull for a while, and the reply after a
+        # barge-in then waits (session 29, docs/talk.md "Barge-in"): through tests/pulse.py's
+        # daemon, its monitor recorded, the next play 0.3-1.5 s after the stop was heard
+        # 50-60 ms after its call, as without a flush; through test_audio_out.py's daemon
+        # (one null sink) the restart went ~1.9 s without a callback. Cause not found.
         try:
             stream.abort()
             with self._lock:

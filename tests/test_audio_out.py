@@ -278,16 +278,11 @@ async def main():
     after_stop = await sink.play(tone)
     after_stop_heard = sink.heard_from()
     sink.resume()
-    await asyncio.sleep(0.3)  # the next question, shorter than any (the flush restarted)
-    called = time.monotonic()
-    after_flush = await sink.play(tone)
-    after_flush_heard = sink.heard_from() - called
     await sink.close()
     print(json.dumps(dict(n=tone.size, full=full, full_s=full_s, part=part, stop_s=stop_s,
                           in_blocks=in_blocks, worst_gap=worst_gap, first=blocks[0][0] - started,
                           after_stop=after_stop, part_heard=part_heard,
-                          after_stop_heard=after_stop_heard, after_flush=after_flush,
-                          after_flush_heard=after_flush_heard)))
+                          after_stop_heard=after_stop_heard)))
 
 asyncio.run(main())
 """
@@ -346,10 +341,6 @@ def test_sound_device_sink_through_pulseaudio(pulse_null_sink: dict[str, str]) -
     # the cut play was dated by the device; the refused one is not dated by it
     assert result["part_heard"] is not None
     assert result["after_stop_heard"] is None
-    # the reply after a barge-in: the flush's restart leaves the device playing at once
-    # (~60 ms after the call, as a first reply; a restart that stalled would be seconds)
-    assert result["after_flush"] == result["n"]
-    assert 0 < result["after_flush_heard"] < 0.5
     tone_s = float((np.abs(heard) > 1000).sum()) / 22050
     assert tone_s > 0.4  # the tone reached the speaker's monitor
 
