@@ -107,7 +107,7 @@ class SoundDeviceSink:
             self._pulling.set()
         self._last_callback = now
         with self._lock:
-            heard_at = self._heard_at(now + self._ahead(time_info), burst=not steady)
+            heard_at = self._heard_at(now + self._ahead(time_info), steady=steady)
             self._device_end = heard_at + frames / self.sample_rate
             buf = self._buf
             if buf is None:
@@ -122,14 +122,15 @@ class SoundDeviceSink:
                 self._buf = None
                 self._post(self._consumed, heard_at + n / self.sample_rate)
 
-    def _heard_at(self, dac: float, *, burst: bool) -> float:
+    def _heard_at(self, dac: float, *, steady: bool) -> float:
         """When this block will be heard: PortAudio's DAC time ``dac``, or right after
         the previous block. After a start-up stall or an underrun PortAudio pulls several
         blocks at once, with DAC times that do not always move on: through such a burst
-        they are chained, one after the other, never overlapping. Outside one, a chain
-        more than ``_CHAIN_SLACK_S`` ahead of the DAC time is dropped for it."""
+        they are chained, one after the other, never overlapping. Outside one (``steady``:
+        the callback came at least half a block after the last), a chain more than
+        ``_CHAIN_SLACK_S`` ahead of the DAC time is dropped for it."""
         chained = self._device_end
-        if dac >= chained or (not burst and chained - dac > _CHAIN_SLACK_S):
+        if dac >= chained or (steady and chained - dac > _CHAIN_SLACK_S):
             return dac
         return chained
 
@@ -223,10 +224,11 @@ class SoundDeviceSink:
     def _abort_and_restart(self, stream: Any) -> None:
         # On a thread: abort and restart are PortAudio calls the sound server answers.
         # After the restart the device may not pull for a while, and the reply after a
-        # barge-in then waits (session 29, docs/talk.md "Barge-in"): through tests/pulse.py's
-        # daemon, its monitor recorded, the next play 0.3-1.5 s after the stop was heard
-        # 50-60 ms after its call, as without a flush; through test_audio_out.py's daemon
-        # (one null sink) the restart went ~1.9 s without a callback. Cause not found.
+        # barge-in then waits (session 29, docs/talk.md "Barge-in"): through a PulseAudio
+        # null sink whose monitor was recorded, the next play 0.3-1.5 s after the stop was
+        # heard 50-60 ms after its call, as without a flush; with nothing recording it,
+        # and a stop 0.3 s into a play, the restart went ~1.9 s without a callback.
+        # Cause not found.
         try:
             stream.abort()
             with self._lock:
