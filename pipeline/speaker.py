@@ -30,6 +30,13 @@ _CLOSE_TIMEOUT_S = 5.0
 # the device was back on time (talk over PulseAudio: the echo then came 40 ms sooner
 # after its far end than before the burst). In steady pulling the two agree within ~7 ms.
 _CHAIN_SLACK_S = 0.010
+# A flush (abort + restart) whose stream then goes this long without a callback stalled:
+# on a PulseAudio null sink that no other client holds at a low latency every restart went
+# ~1.9 s without one (session 30, scripts/bench_flush.py; healthy: ~20 ms, one block).
+# Watched for _RESTART_WATCH_S after the restart, polling every _WATCH_POLL_S.
+_RESTART_STALL_S = 0.3
+_RESTART_WATCH_S = 1.0
+_WATCH_POLL_S = 0.01
 
 
 class SoundDeviceSink:
@@ -42,9 +49,13 @@ class SoundDeviceSink:
     * ``play`` returns when the last sample has actually been heard, not when it was handed
       to the device: consecutive sentences are separated by the device latency (tens of ms
       with ``latency="low"``);
-    * after ``stop()`` the count is the samples heard by then, exact to the DAC clock, and
-      the blocks already queued in the device are discarded (``abort`` + restart on a
-      helper thread) so silence does not wait for the device buffer to drain.
+    * after ``stop()`` the blocks already queued in the device are discarded (``abort`` +
+      restart on a helper thread) so silence does not wait for the device buffer to drain,
+      and the count is the samples heard by then, exact to the DAC clock;
+    * a device whose restart stalls (no callback for ``_RESTART_STALL_S``) is not flushed
+      again (``flushes`` turns False, logged once): its queued blocks, one device latency,
+      play out, ``play`` returns when they have been heard and counts them. A stall would
+      hold the next reply back by more than the flush saves.
     """
 
     def __init__(self, device: str | int | None = None, block_ms: int = DEFAULT_BLOCK_MS,
@@ -66,6 +77,7 @@ class SoundDeviceSink:
         self._device_end = 0.0  # when the last block handed to the device will be heard
         self._last_callback = 0.0
         self._pulling = threading.Event()  # the device consumes blocks at real-time pace
+        self.flushes = True  # stop() drops the device's queue; off after a stalled restart
 
     async def open(self, sample_rate: int) -> None:
         if self._stream is not None and sample_rate == self.sample_rate:
@@ -180,7 +192,12 @@ class SoundDeviceSink:
             delay = consumed.result() - time.monotonic()
             if delay > 0:
                 await asyncio.wait({wake}, timeout=delay)
-        return self._heard_by(wake.result()) if wake.done() else total
+        if not wake.done():
+            return total
+        silent_at = wake.result()  # later than now when the device's queue plays out
+        if (left := silent_at - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+        return self._heard_by(silent_at)
 
     def heard_from(self) -> float | None:
         """When the first sample of the current (or last) ``play`` reached the speaker, on
@@ -198,37 +215,35 @@ class SoundDeviceSink:
     def _heard_by(self, moment: float) -> int:
         with self._lock:
             blocks = list(self._blocks)
-        return sum(min(n, max(0, int((moment - at) * self.sample_rate))) for at, n in blocks)
+        return sum(min(n, max(0, round((moment - at) * self.sample_rate))) for at, n in blocks)
 
     def stop(self) -> None:
         now = time.monotonic()
         with self._lock:
             self._stopped = True
             self._buf = None
-            in_flight = any(at + n / self.sample_rate > now for at, n in self._blocks)
+            queued_end = max((at + n / self.sample_rate for at, n in self._blocks),
+                             default=now)
+        # Silent now if the queue is dropped; else when its last block has been heard.
+        silent_at = now if queued_end <= now or self._flush_device() else queued_end
         wake = self._wake
         if wake is not None:
-            self._post(wake, now)
-        if in_flight:
-            self._flush_device()
+            self._post(wake, silent_at)
 
-    def _flush_device(self) -> None:
-        """Drop the blocks queued in the device now (PortAudio abort), then restart."""
+    def _flush_device(self) -> bool:
+        """Drop the blocks queued in the device now (PortAudio abort), then restart; False
+        when not flushing (``flushes`` off, no stream, a flush still running)."""
         stream = self._stream
-        if stream is None or (self._flusher is not None and self._flusher.is_alive()):
-            return
+        if (not self.flushes or stream is None
+                or (self._flusher is not None and self._flusher.is_alive())):
+            return False
         self._flusher = threading.Thread(target=self._abort_and_restart, args=(stream,),
                                          name="audio-out-flush", daemon=True)
         self._flusher.start()
+        return True
 
     def _abort_and_restart(self, stream: Any) -> None:
         # On a thread: abort and restart are PortAudio calls the sound server answers.
-        # After the restart the device may not pull for a while, and the reply after a
-        # barge-in then waits (session 29, docs/talk.md "Barge-in"): through a PulseAudio
-        # null sink whose monitor was recorded, the next play 0.3-1.5 s after the stop was
-        # heard 50-60 ms after its call, as without a flush; with nothing recording it,
-        # and a stop 0.3 s into a play, the restart went ~1.9 s without a callback.
-        # Cause not found.
         try:
             stream.abort()
             with self._lock:
@@ -236,6 +251,33 @@ class SoundDeviceSink:
             stream.start()
         except Exception:  # a dead device shows up in play()'s timeout; keep the reason
             log.exception("output device flush failed")
+            return
+        stall = self._restart_stall(stream, time.monotonic())
+        if stall is not None:
+            self.flushes = False
+            log.warning("output device took %.0f ms to take audio again after a flush "
+                        "(barge-in); not flushing it any more: after a barge-in its queue "
+                        "(%.0f ms) plays out", stall * 1000, float(stream.latency) * 1000)
+
+    def _restart_stall(self, stream: Any, restarted: float) -> float | None:
+        """Watch the callbacks for ``_RESTART_WATCH_S`` after a restart: None if they came
+        steadily (or the sink closed), else how long the device went without one (waited
+        for up to ``_CLOSE_TIMEOUT_S``)."""
+        last, longest = restarted, 0.0
+        while (now := time.monotonic()) < restarted + _RESTART_WATCH_S:
+            if self._stream is not stream:
+                return None
+            last = max(last, self._last_callback)
+            longest = max(longest, now - last)
+            time.sleep(_WATCH_POLL_S)
+        if longest < _RESTART_STALL_S:
+            return None
+        deadline = last + _CLOSE_TIMEOUT_S
+        while (self._last_callback <= last and self._stream is stream
+               and time.monotonic() < deadline):
+            time.sleep(_WATCH_POLL_S)
+        resumed = self._last_callback if self._last_callback > last else time.monotonic()
+        return resumed - last
 
     def resume(self) -> None:
         self._stopped = False

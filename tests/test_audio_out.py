@@ -249,6 +249,69 @@ async def test_a_device_that_hangs_on_stop_does_not_hang_close(monkeypatch) -> N
     release.set()
 
 
+class FakeStream:
+    """A PortAudio stream for the flush's watch: after start() its callbacks come every
+    ``every`` seconds for ``for_s`` seconds (none at all: ``every`` None)."""
+
+    latency = 0.05
+
+    def __init__(self, sink: SoundDeviceSink, every: float | None, for_s: float) -> None:
+        self.sink, self.every, self.for_s = sink, every, for_s
+
+    def abort(self) -> None:
+        pass
+
+    def start(self) -> None:
+        import threading
+
+        def pull() -> None:
+            until = time.monotonic() + self.for_s
+            while self.every is not None and time.monotonic() < until:
+                self.sink._last_callback = time.monotonic()
+                time.sleep(self.every)
+
+        threading.Thread(target=pull, daemon=True).start()
+
+
+@pytest.mark.parametrize("every, flushes", [(0.02, True), (None, False)])
+def test_a_device_that_stalls_after_a_flush_is_not_flushed_again(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        every: float | None, flushes: bool) -> None:
+    """A PulseAudio null sink that nothing else holds at a low latency went ~1.9 s without
+    a callback after every flush (session 30): a reply after a barge-in waited for it."""
+    from pipeline import speaker
+
+    monkeypatch.setattr(speaker, "_RESTART_WATCH_S", 0.2)
+    monkeypatch.setattr(speaker, "_RESTART_STALL_S", 0.1)
+    monkeypatch.setattr(speaker, "_CLOSE_TIMEOUT_S", 0.3)
+    sink = SoundDeviceSink(block_ms=20)
+    sink._stream = stream = FakeStream(sink, every, for_s=1.0)
+    sink._abort_and_restart(stream)
+    assert sink.flushes is flushes
+    assert ("not flushing it any more" in caplog.text) is not flushes
+
+
+async def test_without_a_flush_stop_waits_for_the_queue_and_counts_it() -> None:
+    """Not flushed, the blocks in the device play out: play() returns when they have been
+    heard, with their samples counted (the history keeps what the user heard)."""
+    from types import SimpleNamespace
+
+    sink = SoundDeviceSink(block_ms=20)
+    sink.sample_rate, sink.flushes = RATE, False
+    sink._stream, sink._loop = object(), asyncio.get_running_loop()
+    task = asyncio.create_task(sink.play(ramp(1.0)))
+    await asyncio.sleep(0)
+    out = np.zeros((RATE // 50, 1), dtype=np.int16)
+    now = time.monotonic()
+    for k in range(3):  # three blocks handed over, heard 100-160 ms from now
+        sink._callback(out, out.shape[0], SimpleNamespace(
+            currentTime=now, outputBufferDacTime=now + 0.1 + 0.02 * k), None)
+    sink.stop()
+    played = await task
+    assert played == 3 * out.shape[0]
+    assert time.monotonic() >= now + 0.16  # returned once the last block was heard
+
+
 # --- The real PortAudio path, no hardware: a PulseAudio null sink ---------------------
 CHILD = r"""
 import asyncio, faulthandler, json, sys, time
@@ -360,3 +423,61 @@ async def test_null_sink_close_ends_a_running_play() -> None:
     await asyncio.sleep(0.05)
     await sink.close()
     assert 0 < await asyncio.wait_for(task, 1.0) < 2 * RATE
+
+
+STALL_CHILD = r"""
+import asyncio, faulthandler, json, time
+import numpy as np
+faulthandler.dump_traceback_later(45, exit=True)
+from pipeline.speaker import SoundDeviceSink
+
+async def barge_in(sink, tone):
+    task = asyncio.create_task(sink.play(tone))
+    await asyncio.sleep(0.3)
+    sink.stop()
+    played = await task
+    sink.resume()
+    return played
+
+async def main():
+    sink = SoundDeviceSink()
+    await sink.open(22050)
+    tone = (8000 * np.sin(2 * np.pi * 440 * np.arange(22050) / 22050)).astype(np.int16)
+    await barge_in(sink, tone)
+    await asyncio.sleep(2.5)  # the watch sees the restart stall out
+    flushes = sink.flushes
+    played = await barge_in(sink, tone)
+    called = time.monotonic()
+    await sink.play(tone[:6615])  # 0.3 s: longer than PortAudio's pre-fill
+    print(json.dumps(dict(flushes=flushes, played=played, next_s=time.monotonic() - called)))
+    await sink.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.audio
+def test_a_pulseaudio_sink_that_stalls_after_a_flush_replies_at_once_after(
+        tmp_path: Path) -> None:
+    """On a PulseAudio null sink with nothing else holding it at a low latency, the
+    restart after a flush went ~1.9 s without a callback (session 30): the sink sees it
+    and stops flushing, so the play after the next barge-in is heard at once."""
+    import json
+    import subprocess
+    import sys
+
+    from pulse import MISSING_REASON, private_pulse, pulse_missing
+
+    if pulse_missing():
+        pytest.skip(MISSING_REASON)
+    root = Path(__file__).resolve().parent.parent
+    with private_pulse() as env:
+        child = subprocess.run([sys.executable, "-c", STALL_CHILD], capture_output=True,
+                               text=True, timeout=60, env={**env, "PYTHONPATH": str(root)})
+    assert child.returncode == 0, child.stderr[-2000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    print(f"\n[pulse stall] {result}")
+    assert result["flushes"] is False, child.stderr[-2000:]
+    assert "not flushing it any more" in child.stderr
+    assert 0.2 * 22050 < result["played"] < 22050  # cut, its queue counted
+    assert result["next_s"] < 0.3 + 0.5  # the next reply's 0.3 s, not a ~1.9 s stall
