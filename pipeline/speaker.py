@@ -35,7 +35,7 @@ _CHAIN_SLACK_S = 0.010
 # ~1.9 s without one (session 30, scripts/bench_flush.py; healthy: ~20 ms, one block).
 # Watched for _RESTART_WATCH_S after the restart, polling every _WATCH_POLL_S.
 _RESTART_STALL_S = 0.3
-_RESTART_WATCH_S = 1.0
+_RESTART_WATCH_S = 0.5
 _WATCH_POLL_S = 0.01
 
 

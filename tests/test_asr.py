@@ -108,13 +108,14 @@ def test_a_looped_decode_knows_where_its_repeat_began(asr: WhisperAsr) -> None:
         end = first.loop_end
         # the words before the repeat, which starts again with them. Whisper's int8
         # kernels differ by CPU: on an AVX-512 host "a good cup of tea" came out as "a
-        # non-curpenty" here, so the words themselves are only checked to be the ones it
-        # repeated.
+        # non-curpenty" here, on an Intel Xeon one as "a dot cup and tea" (and the sky
+        # question did not loop), so the words are checked to be the ones it repeated and
+        # near the question's, not equal to them.
         again = first.text[len(end.text):].split()
         assert first.text.startswith(end.text) and again[:2] == end.text.split()[:2]
         assert end.tokens < first.tokens
         assert 0.0 < end.end_prob < 1.0 and end.avg_logprob < 0.0
-        heard_right += end.text == TRANSCRIPTS[name]
+        heard_right += word_error_rate(words(TRANSCRIPTS[name]), words(end.text)) <= 0.5
         mended = asr._end_at_loop(first, "test", audio.size)
         if end.end_prob >= LOOP_END_MIN_PROB:
             assert mended is not None and mended.text == end.text
@@ -123,6 +124,7 @@ def test_a_looped_decode_knows_where_its_repeat_began(asr: WhisperAsr) -> None:
             assert mended is None
     assert looped, "neither question looped with 0.5 s of silence: pick another pad"
     assert heard_right, "no looped decode had the question's words before its repeat"
+    print(f"[asr] {looped} looped, {heard_right} with the question's words before the repeat")
 
 
 def test_keep_warm_leaves_the_next_transcription_unchanged(asr: WhisperAsr) -> None:
