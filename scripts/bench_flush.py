@@ -32,6 +32,7 @@ import sys
 import time
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -90,24 +91,26 @@ asyncio.run(main())
 """
 
 
-def loud_runs(path: Path) -> list[tuple[int, int]]:
-    """(start ms, end ms) of each tone on the recording; gaps under 20 ms are bridged."""
+def loud_runs(path: Path) -> list[tuple[float, float]]:
+    """(start ms, end ms) of each tone on the recording, to the sample frame of ~1 ms in
+    which it crosses ``LOUD``; gaps under 20 ms are bridged."""
     with wave.open(str(path)) as w:
         x = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
         rate = w.getframerate()
-    hop = rate // 1000
+    hop = rate // 1000  # 22 samples at 22050 Hz: a frame is 0.998 ms, not 1
     n = x.size // hop
     loud = np.abs(x[:n * hop].astype(np.int32)).reshape(n, hop).max(axis=1) > LOUD
-    runs: list[tuple[int, int]] = []
-    for ms in np.flatnonzero(loud):
-        if runs and ms - runs[-1][1] <= 20:
-            runs[-1] = (runs[-1][0], int(ms) + 1)
+    frames: list[tuple[int, int]] = []
+    for i in np.flatnonzero(loud):
+        if frames and (i - frames[-1][1]) * hop <= 0.020 * rate:
+            frames[-1] = (frames[-1][0], int(i) + 1)
         else:
-            runs.append((int(ms), int(ms) + 1))
-    return runs
+            frames.append((int(i), int(i) + 1))
+    ms = 1000 * hop / rate
+    return [(start * ms, end * ms) for start, end in frames]
 
 
-def trial(recorder: str, flush: str, cut_after: float, gap: float, wav: Path) -> dict:
+def trial(recorder: str, flush: str, cut_after: float, gap: float, wav: Path) -> dict[str, Any]:
     with private_pulse() as env:
         rec = None
         if recorder != "none":
@@ -131,16 +134,22 @@ def trial(recorder: str, flush: str, cut_after: float, gap: float, wav: Path) ->
            "longest_gap_ms": None if at["longest_gap"] is None else at["longest_gap"] * 1000,
            "flushes_after": at["flushes_after"]}
     if rec is not None:
-        runs = loud_runs(wav)
-        if len(runs) < 3:
-            row["error"] = f"{len(runs)} tones on the recording, 3 expected"
-            return row
-        (ref, _), (cut_on, cut_end), (next_on, _) = runs[:3]
-        offset = ref - at["reference"] * 1000  # recording ms = call ms + offset + latency
-        cut_latency = cut_on - (at["cut"] * 1000 + offset)
-        row["cut_tail_ms"] = cut_end - (at["stop"] * 1000 + offset) - cut_latency
-        row["next_latency_ms"] = next_on - (at["next"] * 1000 + offset) - cut_latency
+        row.update(on_the_recording(at, loud_runs(wav)))
     return row
+
+
+def on_the_recording(at: dict[str, Any], runs: list[tuple[float, float]]) -> dict[str, Any]:
+    """The cut tone's tail and the next tone's latency, from the three tones' spans on the
+    recording (ms) and the player's calls (``at``, monotonic s). The recording's clock is
+    tied to the player's by the reference tone, so both figures are against a fresh play's
+    latency; the cut tone's own onset latency is taken out of both."""
+    if len(runs) < 3:
+        return {"error": f"{len(runs)} tones on the recording, 3 expected"}
+    (ref, _), (cut_on, cut_end), (next_on, _) = runs[:3]
+    offset = ref - at["reference"] * 1000  # recording ms = call ms + offset + latency
+    cut_latency = cut_on - (at["cut"] * 1000 + offset)
+    return {"cut_tail_ms": cut_end - (at["stop"] * 1000 + offset) - cut_latency,
+            "next_latency_ms": next_on - (at["next"] * 1000 + offset) - cut_latency}
 
 
 def span(values: list[float]) -> str:
@@ -150,11 +159,11 @@ def span(values: list[float]) -> str:
     return f"{lo}" if lo == hi else f"{lo} to {hi}"
 
 
-def values(rows: list[dict], key: str) -> list[float]:
+def values(rows: list[dict[str, Any]], key: str) -> list[float]:
     return [r[key] for r in rows if r.get(key) is not None]
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| recorder | flush | trials | cut tail ms | next tone latency ms | longest "
              "callback gap ms | still flushing after |",
              "|---|---|---:|---:|---:|---:|---|"]
