@@ -30,7 +30,6 @@ import statistics
 import subprocess
 import sys
 import time
-import wave
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +38,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the PulseAudio helpers the tests use
 
-from pulse import MISSING_REASON, private_pulse, pulse_missing  # noqa: E402
+from pulse import MISSING_REASON, frame_rms, private_pulse, pulse_missing  # noqa: E402
 
 RATE = 22050
-LOUD = 3000  # a tone at half scale is ~16000; the null sink's silence is 0
+FRAME_S = 0.001
+LOUD = 0.05  # RMS: a tone at half scale is ~0.35; the null sink's silence is 0
 CASES = ((0.3, 0.3), (0.6, 0.8))  # (cut after s, next tone after the cut s)
 
 CHILD = r"""
@@ -92,16 +92,12 @@ asyncio.run(main())
 
 
 def loud_runs(path: Path) -> list[tuple[float, float]]:
-    """(start ms, end ms) of each tone on the recording, to the sample frame of ~1 ms in
-    which it crosses ``LOUD``; gaps under 20 ms are bridged."""
-    with wave.open(str(path)) as w:
-        x = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
-        rate = w.getframerate()
-    hop = rate // 1000  # 22 samples at 22050 Hz: a frame is 0.998 ms, not 1
-    n = x.size // hop
-    loud = np.abs(x[:n * hop].astype(np.int32)).reshape(n, hop).max(axis=1) > LOUD
+    """(start ms, end ms) of each tone on the recording, to the ~1 ms frame in which its
+    RMS crosses ``LOUD``; gaps under 20 ms are bridged."""
+    rms, rate = frame_rms(path, FRAME_S)
+    hop = int(rate * FRAME_S)  # frame_rms's frames: 22 samples at 22050 Hz, 0.998 ms
     frames: list[tuple[int, int]] = []
-    for i in np.flatnonzero(loud):
+    for i in np.flatnonzero(rms > LOUD):
         if frames and (i - frames[-1][1]) * hop <= 0.020 * rate:
             frames[-1] = (frames[-1][0], int(i) + 1)
         else:
