@@ -12,7 +12,8 @@ speaker's recorded monitor:
   onset latency (how much of the queue was still heard);
 * ``next_latency_ms``: the next tone's onset latency minus the cut tone's (what the
   restart costs the reply after a barge-in);
-* ``longest_gap_ms``: the longest time the device went without a callback after the stop.
+* ``longest_gap_ms``: the longest time the device went without a callback after the stop;
+* ``open_gap_ms``: the same while the stream started (before the reference tone).
 
 Recorders: the monitor recorded at 10 ms latency, at 2000 ms, or not at all (``none``:
 callback gaps only, nothing on the audio). A null sink nothing holds at a low latency
@@ -80,6 +81,8 @@ async def main():
     sink.resume()
     at["next"] = time.monotonic()
     await sink.play(tone(0.5, 880))
+    before = [c for c in callbacks if c < at["reference"]]
+    at["open_gap"] = float(np.diff(before).max()) if len(before) > 1 else None
     after = [c for c in callbacks if c > at["stop"]]
     at["longest_gap"] = float(np.diff(after).max()) if len(after) > 1 else None
     at["flushes_after"] = sink.flushes
@@ -128,6 +131,7 @@ def trial(recorder: str, flush: str, cut_after: float, gap: float, wav: Path) ->
     at = json.loads(child.stdout.strip().splitlines()[-1])
     row = {"recorder": recorder, "flush": flush, "cut_after_s": cut_after, "gap_s": gap,
            "longest_gap_ms": None if at["longest_gap"] is None else at["longest_gap"] * 1000,
+           "open_gap_ms": None if at["open_gap"] is None else at["open_gap"] * 1000,
            "flushes_after": at["flushes_after"]}
     if rec is not None:
         row.update(on_the_recording(at, loud_runs(wav)))
@@ -161,8 +165,8 @@ def values(rows: list[dict[str, Any]], key: str) -> list[float]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| recorder | flush | trials | cut tail ms | next tone latency ms | longest "
-             "callback gap ms | still flushing after |",
-             "|---|---|---:|---:|---:|---:|---|"]
+             "callback gap ms | longest gap at open ms | still flushing after |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
     for recorder in dict.fromkeys(r["recorder"] for r in rows):
         for flush in ("on", "off"):
             group = [r for r in rows if r["recorder"] == recorder and r["flush"] == flush]
@@ -171,7 +175,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             still = (statistics.mode(r["flushes_after"] for r in group) if flush == "on"
                      else "-")
             cells = [span(values(group, key))
-                     for key in ("cut_tail_ms", "next_latency_ms", "longest_gap_ms")]
+                     for key in ("cut_tail_ms", "next_latency_ms", "longest_gap_ms", "open_gap_ms")]
             lines.append(f"| {recorder} | {flush} | {len(group)} | {' | '.join(cells)} "
                          f"| {still} |")
     return "\n".join(lines)

@@ -50,11 +50,11 @@ def test_tail_and_next_latency_are_against_the_cut_tones_own_latency() -> None:
 
 def test_the_table_gives_each_condition_its_span() -> None:
     rows = [{"recorder": "10", "flush": "on", "cut_tail_ms": -50.2, "next_latency_ms": 4.0,
-             "longest_gap_ms": 20.0, "flushes_after": True},
+             "longest_gap_ms": 20.0, "open_gap_ms": 1201.4, "flushes_after": True},
             {"recorder": "10", "flush": "on", "cut_tail_ms": -47.9, "next_latency_ms": 6.4,
-             "longest_gap_ms": 21.0, "flushes_after": True},
+             "longest_gap_ms": 21.0, "open_gap_ms": 1253.0, "flushes_after": True},
             {"recorder": "none", "flush": "on", "longest_gap_ms": 1919.0,
              "flushes_after": False}]
     lines = bench.table(rows).splitlines()
-    assert lines[2] == "| 10 | on | 2 | -50 to -48 | 4 to 6 | 20 to 21 | True |"
-    assert lines[3] == "| none | on | 1 | - | - | 1919 | False |"
+    assert lines[2] == "| 10 | on | 2 | -50 to -48 | 4 to 6 | 20 to 21 | 1201 to 1253 | True |"
+    assert lines[3] == "| none | on | 1 | - | - | 1919 | - | False |"
