@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the PulseAudio helpers the tests use
 sys.path.insert(0, str(ROOT))
 
-from pulse import EventLog, add_both, private_pulse  # noqa: E402
+from pulse import EventLog, add_both, frame_rms, private_pulse  # noqa: E402
 
 FRAME_S = 0.01  # 10 ms analysis frames
 LOUD = 0.01  # RMS (about -40 dBFS): speech, not a null sink's silence
@@ -86,18 +86,13 @@ class Turn:
         return round(self.mouth_to_ear_ms - self.speech_end_ms - self.first_audio_ms, 1)  # type: ignore[operator]
 
 
-def frame_rms(samples: np.ndarray) -> np.ndarray:
-    n = int(16000 * FRAME_S)
-    frames = samples[: samples.size // n * n].reshape(-1, n)
-    return np.sqrt(np.mean(frames ** 2, axis=1))
-
-
-def read_wav(path: Path) -> np.ndarray:
-    with wave.open(str(path)) as w:
-        if w.getframerate() != 16000 or w.getsampwidth() != 2:
-            raise SystemExit(f"{path}: the bench needs 16 kHz 16-bit WAVs")
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
-        return pcm.reshape(-1, w.getnchannels())[:, 0].astype(np.float32) / 32768
+def loud_frames(path: Path) -> np.ndarray:
+    """Which ``FRAME_S`` frames of a 16 kHz WAV are louder than ``LOUD`` (tests/pulse.py's
+    framing, the one the PulseAudio tests read their recordings with)."""
+    rms, rate = frame_rms(path, FRAME_S)
+    if rate != 16000:
+        raise SystemExit(f"{path}: the bench needs 16 kHz WAVs, not {rate} Hz")
+    return np.asarray(rms > LOUD)
 
 
 def make_paused(n: int, folder: Path, pause_ms: int = PAUSE_MS) -> list[Path]:
@@ -126,7 +121,7 @@ def make_paused(n: int, folder: Path, pause_ms: int = PAUSE_MS) -> list[Path]:
 
 def voiced_span(path: Path) -> tuple[float, float]:
     """(first, last) loud frame of a question, seconds from its start."""
-    loud = np.flatnonzero(frame_rms(read_wav(path)) > LOUD)
+    loud = np.flatnonzero(loud_frames(path))
     return loud[0] * FRAME_S, (loud[-1] + 1) * FRAME_S
 
 
@@ -255,7 +250,7 @@ def played_s(events: list[dict[str, object]], turn: int) -> float:
 def measure_gaps(recording: Path, questions: list[Path],
                  events: list[dict[str, object]]) -> list[float | None]:
     """Question end -> reply start, from the one recording holding both."""
-    loud = frame_rms(read_wav(recording)) > LOUD
+    loud = loud_frames(recording)
     gaps: list[float | None] = []
     cursor = 0
     for turn, question in zip(answered(events), questions, strict=False):

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the PulseAudio and DevTools helpers
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_live import FRAME_S, LOUD, frame_rms, p, question_then_reply, read_wav  # noqa: E402
+from bench_live import FRAME_S, LOUD, loud_frames, p, question_then_reply  # noqa: E402
 from bench_page import (  # noqa: E402
     CONDITIONS,
     GAP_SHARE,
@@ -96,7 +96,7 @@ async def audio_turn(cdp: Any, url: str, question: Path, env: dict[str, str],
 
 def gap_ms(recording: Path, question: Path) -> float | None:
     """The question's last voiced frame to the reply's first, in ms, on the recording."""
-    found = question_then_reply(frame_rms(read_wav(recording)) > LOUD, 0, question)
+    found = question_then_reply(loud_frames(recording), 0, question)
     if found is None or found[1] is None:
         return None
     q_end, reply = found
