@@ -119,6 +119,16 @@ def make_paused(n: int, folder: Path, pause_ms: int = PAUSE_MS) -> list[Path]:
     return out
 
 
+def spoken_paused(out: Path, n: int) -> list[Path]:
+    """The ``n`` paused questions a finished run made in ``out``/paused (``--report-only``
+    measures those, not new ones that could have another pause)."""
+    made = sorted((out / "paused").glob(f"{PAUSED_PREFIX}*.wav"))[:n]
+    if len(made) < n:
+        raise SystemExit(f"bench_live: {out / 'paused'} holds {len(made)} paused questions, "
+                         f"--paused says {n}: give the run's --paused")
+    return made
+
+
 def voiced_span(path: Path) -> tuple[float, float]:
     """(first, last) loud frame of a question, seconds from its start."""
     loud = np.flatnonzero(loud_frames(path))
@@ -427,7 +437,12 @@ def main() -> int:
         CONDITIONS[cond] = [*args.talk_args.split(), *CONDITIONS[cond]]
     questions = sorted(q for i in args.inputs for q in (i.glob("*.wav") if i.is_dir() else [i]))
     args.out.mkdir(parents=True, exist_ok=True)
-    questions += make_paused(args.paused, args.out / "paused", args.pause_ms)
+    if args.report_only:  # the paused questions the run spoke, whatever --pause-ms says now
+        questions += spoken_paused(args.out, args.paused)
+        args.pause_ms = json.loads((args.out / "live.json").read_text()).get(
+            "pause_ms", args.pause_ms) if (args.out / "live.json").exists() else args.pause_ms
+    else:
+        questions += make_paused(args.paused, args.out / "paused", args.pause_ms)
 
     turns: list[Turn] = []
     counts: dict[str, dict[str, int]] = {}
@@ -464,7 +479,7 @@ def main() -> int:
     report = table(turns, counts, args.pause_ms)
     (args.out / "live.json").write_text(json.dumps(
         {"turns": [asdict(t) | {"device_ms": t.device_ms} for t in turns],
-         "speculation": counts}, indent=2) + "\n")
+         "speculation": counts, "pause_ms": args.pause_ms}, indent=2) + "\n")
     (args.out / "live.md").write_text(
         f"# Mouth to ear (`scripts/bench_live.py`), {time.strftime('%Y-%m-%d %H:%M')}\n\n"
         f"{report}\n")

@@ -157,3 +157,17 @@ def test_paused_questions_pause_as_long_as_asked(tmp_path: Path) -> None:
         loud = np.flatnonzero(np.abs(pcm) > 0.01 * 32767)
         longest_ms = np.max(np.diff(loud)) * 1000 / RATE
         assert abs(longest_ms - pause_ms) < 60, (pause_ms, longest_ms)
+
+
+def test_a_report_again_measures_the_paused_questions_the_run_spoke(tmp_path: Path) -> None:
+    """``--report-only`` must not make new paused questions (another ``--pause-ms`` would
+    move every paused question's end): it takes those in the run's folder, or says why not."""
+    import pytest
+
+    (tmp_path / "paused").mkdir()
+    made = [write(tmp_path / "paused" / f"paused_{i:02d}.wav", tone(0.1)) for i in (2, 1, 3)]
+    assert bench_live.spoken_paused(tmp_path, 2) == sorted(made)[:2]
+    with pytest.raises(SystemExit, match="holds 3 paused questions, --paused says 4"):
+        bench_live.spoken_paused(tmp_path, 4)
+    voiced = write(tmp_path / "q.wav", np.concatenate([quiet(0.2), tone(1.0)]))
+    assert bench_live.loud_frames(voiced).sum() == 100  # 1.0 s of 10 ms frames
