@@ -15,6 +15,7 @@ the page's end until its reply is ready) and the confirmed turn answers
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import wave
 from collections.abc import AsyncIterator, Iterator
@@ -44,15 +45,15 @@ def chromium_bin() -> str:
     return found
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def service(llama_server: Any) -> AsyncIterator[str]:
-    """The real app (real models) on a free port; yields its URL."""
+@contextlib.asynccontextmanager
+async def serving_page(llm_url: str, **app_options: Any) -> AsyncIterator[str]:
+    """The real app (real models) on a free port, talking to ``llm_url``; yields its URL."""
     from aiohttp import web
 
     from services.assistant import load_assistant
 
-    assistant = await load_assistant(llama_server.url)
-    runner = web.AppRunner(create_app(assistant))
+    assistant = await load_assistant(llm_url)
+    runner = web.AppRunner(create_app(assistant, **app_options))
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -61,6 +62,12 @@ async def service(llama_server: Any) -> AsyncIterator[str]:
     finally:
         await runner.cleanup()
         await assistant.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def service(llama_server: Any) -> AsyncIterator[str]:
+    async with serving_page(llama_server.url) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,7 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
-from test_web_browser import SAMPLES, Cdp, chromium, chromium_bin, free_port
-
-from services.web import create_app
+from test_web_browser import SAMPLES, Cdp, chromium, chromium_bin, free_port, serving_page
 
 __all__ = ["chromium", "chromium_bin"]  # fixtures shared with test_web_browser
 
@@ -70,20 +68,8 @@ def three_slot_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def service(three_slot_server: Any) -> AsyncIterator[str]:
-    from aiohttp import web
-
-    from services.assistant import load_assistant
-
-    assistant = await load_assistant(three_slot_server.url)
-    runner = web.AppRunner(create_app(assistant, slots=SLOTS))
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        await runner.cleanup()
-        await assistant.close()
+    async with serving_page(three_slot_server.url, slots=SLOTS) as url:
+        yield url
 
 
 # --- the three clients ------------------------------------------------------------------
