@@ -391,6 +391,11 @@ class UtteranceSegmenter:
 
 
 # -- capture ----------------------------------------------------------------------------
+# While no block comes, MicSource checks its stream this often; a stream still open but
+# silent this long is logged once (PulseAudio's null-sink monitors take up to ~3 s to
+# start delivering, so not an error by itself).
+_CHECK_S = 0.5
+_QUIET_WARN_S = 5.0
 @dataclass(frozen=True)
 class MicBlock:
     samples: np.ndarray = field(repr=False)  # float32 mono 16 kHz
@@ -417,6 +422,7 @@ class MicSource:
         self._queue: asyncio.Queue[MicBlock | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stream: Any = None
+        self._name = "default" if device is None else str(device)  # PortAudio's, once open
 
     async def __aenter__(self) -> MicSource:
         sd = import_sounddevice()
@@ -428,7 +434,7 @@ class MicSource:
         await self.close()
 
     def _open(self, sd: Any) -> Any:
-        name = device_name(self.device)
+        self._name = name = device_name(self.device)
         try:
             sd.check_input_settings(device=self.device, channels=1, dtype="float32",
                                     samplerate=SAMPLE_RATE)
@@ -461,8 +467,35 @@ class MicSource:
         return self._blocks()
 
     async def _blocks(self) -> AsyncIterator[MicBlock]:
-        while (block := await self._queue.get()) is not None:
+        quiet_since = time.monotonic()
+        warned = False
+        while True:
+            try:
+                block = await asyncio.wait_for(self._queue.get(), _CHECK_S)
+            except TimeoutError:
+                self._check_alive()
+                quiet = time.monotonic() - quiet_since
+                if quiet >= _QUIET_WARN_S and not warned:
+                    warned = True
+                    log.warning("input device %s has delivered no audio for %.0f s (its "
+                                "stream is still open); is the sound server stuck?",
+                                self._name, quiet)
+                continue
+            if block is None:
+                return
+            quiet_since, warned = time.monotonic(), False
             yield block
+
+    def _check_alive(self) -> None:
+        """A stream PortAudio ended by itself (the device unplugged, the sound server
+        gone: its callback thread failed) is not active and not stopped: say so, instead
+        of waiting forever for a block that will not come."""
+        stream = self._stream
+        if stream is not None and not stream.active and not stream.stopped:
+            raise AudioDeviceError(
+                f"input device {self._name!r} stopped delivering audio (its "
+                "stream ended: unplugged, or the sound server stopped); check it, then start "
+                "again")
 
     async def close(self) -> None:
         stream, self._stream = self._stream, None

@@ -180,6 +180,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     from pipeline.live import LiveTurnTaker
     from pipeline.mic import MicSource, SegmenterConfig, SileroStream, UtteranceSegmenter
     from pipeline.playback_tap import PlaybackTap
+    from pipeline.sound_device import AudioDeviceError
     from pipeline.speaker import SoundDeviceSink
     from pipeline.tasks import TaskSet
     from pipeline.utterance_record import UtteranceRecorder
@@ -249,7 +250,11 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
             print(f"ready: listening on {mic_name!r}, speaking on {speaker_name!r} "
                   f"({args.mode}, {echo_mode(args)}); Ctrl-C ends", flush=True)
             status.set("listening")
-            await watcher  # until the device goes away (its error ends the talk) or Ctrl-C
+            try:
+                await watcher  # until the device goes away (its error ends the talk) or Ctrl-C
+            except AudioDeviceError:
+                segmenter.flush()  # what was being said when it went reaches --record
+                raise
     finally:
         await live.close()
         await tasks.cancel_all()

@@ -408,3 +408,50 @@ def test_without_the_guard_the_start_keeps_its_pre_roll_only() -> None:
     signal = windows_of(0, 0, 0, 0, 0.4, 0.4, 0.4, 0.9)
     assert started_at(signal, None) == 5 * WINDOW  # 0.4 is not speech; 2 pre-roll windows
     assert started_at(signal, lambda prob, rms: prob >= 0.8) == 5 * WINDOW
+
+
+class EndedStream:
+    """A PortAudio input stream as seen from outside: ``active`` goes False by itself
+    when its callback thread fails (the sound server gone), while ``stopped`` stays False
+    (nobody stopped it)."""
+
+    def __init__(self, active: bool) -> None:
+        self.active, self.stopped = active, False
+
+
+async def test_a_microphone_whose_stream_ended_by_itself_is_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline import mic as mic_module
+    from pipeline.mic import MicSource
+    from pipeline.sound_device import AudioDeviceError
+
+    monkeypatch.setattr(mic_module, "_CHECK_S", 0.02)
+    source = MicSource("usb mic")
+    source._stream = EndedStream(active=False)
+    source._put(MicBlock(np.zeros(320, np.float32), 0.0))  # what came before still comes
+    got = []
+    with pytest.raises(AudioDeviceError, match="'usb mic' stopped delivering audio"):
+        async for block in source:
+            got.append(block)
+    assert len(got) == 1
+
+
+async def test_a_quiet_but_open_microphone_is_warned_about_once_and_kept(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A PulseAudio null sink's monitor delivers nothing for up to ~3 s after opening, so
+    silence from an open stream is logged, not an error; a block resets the warning."""
+    from pipeline import mic as mic_module
+    from pipeline.mic import MicSource
+
+    monkeypatch.setattr(mic_module, "_CHECK_S", 0.01)
+    monkeypatch.setattr(mic_module, "_QUIET_WARN_S", 0.05)
+    source = MicSource()
+    source._stream = EndedStream(active=True)
+    loop = asyncio.get_running_loop()
+    for at in (0.2, 0.4):
+        loop.call_later(at, source._put, MicBlock(np.zeros(320, np.float32), 0.0))
+    loop.call_later(0.6, source._put, None)  # close()
+    got = [block async for block in source]
+    assert len(got) == 2
+    warnings = [r for r in caplog.records if "delivered no audio" in r.getMessage()]
+    assert len(warnings) == 3  # before each block and before the end: once per quiet spell

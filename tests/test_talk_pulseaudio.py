@@ -210,3 +210,49 @@ def test_talk_restarts_a_killed_server_and_answers_the_next_question(pulse, tmp_
     turn2 = [e for e in log.events if e["turn"] == 2]
     assert any(e["stage"] == "playback" and e["event"] == "start" for e in turn2), \
         "the question after the restart was not answered aloud"
+
+
+def test_talk_whose_sound_server_dies_says_so_and_keeps_what_it_had(
+        pulse, llama_server, tmp_path) -> None:
+    """The sound server stops (here: the PulseAudio daemon killed) while the user is
+    speaking. PortAudio's input stream then ends by itself, with no error to any caller:
+    talk used to wait for the next block forever, saying nothing. Now it ends with one
+    line that says what happened, the conversation so far is saved and the question cut
+    off is on disk (--record)."""
+    events_path, history_path = tmp_path / "events.jsonl", tmp_path / "history.json"
+    env = {**pulse, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    talk = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "talk", "--llm-url", llama_server.url,
+         "--input-device", "pulse", "--output-device", "pulse", "--events",
+         str(events_path), "--save-history", str(history_path), "--record",
+         str(tmp_path / "said"), "--max-sentences", "1"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert talk.stdout is not None
+        ready = talk.stdout.readline()
+        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
+        log = EventLog(events_path)
+        subprocess.run(["paplay", "--device=mic", str(SAMPLES / "03_sky_blue.wav")],
+                       env=env, check=True, timeout=30)
+        log.wait(1, "turn.end", 120, talk)
+        asking = subprocess.Popen(["paplay", "--device=mic",
+                                   str(SAMPLES / "06_learn_language.wav")], env=env)
+        time.sleep(1.5)  # into the second question
+        subprocess.run(["pulseaudio", "-k"], env=env, check=True, timeout=30)
+        asking.wait(timeout=30)
+        _, err = talk.communicate(timeout=60)  # ends by itself: no Ctrl-C
+    finally:
+        if talk.poll() is None:
+            talk.kill()
+            talk.communicate()
+    assert talk.returncode not in (0, None), err
+    assert "Traceback" not in err, err
+    line = [x for x in err.splitlines() if x.startswith("voice-llm talk:")]
+    assert len(line) == 1 and "stopped delivering audio" in line[0], err
+    history = json.loads(history_path.read_text())["history"]
+    assert [m["role"] for m in history] == ["user", "assistant"]
+    assert "sky" in history[0]["content"].lower()
+    said = sorted((tmp_path / "said").glob("utterance-*.wav"))
+    assert [p.name for p in said] == ["utterance-001.wav", "utterance-002.wav"], err
+    cut = voiced_s(load_wav(said[1]))
+    assert 0.3 < cut < voiced_s(load_wav(SAMPLES / "06_learn_language.wav")), cut
