@@ -186,7 +186,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     from pipeline.utterance_record import UtteranceRecorder
     from services.supervisor import Supervisor
 
-    # Ctrl-C / SIGTERM cancel this task, so every `finally` below runs: the turn's LLM
+    # Ctrl-C / SIGTERM / SIGHUP cancel this task, so every `finally` below runs: the turn's LLM
     # stream closes, both audio streams stop, the history is saved. Installed explicitly:
     # a process started in the background by a shell has SIGINT ignored otherwise.
     main = asyncio.current_task()
@@ -196,7 +196,7 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
         if main is not None:
             main.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in turn_options.STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     status = Status()
     write_event = turn_options.EventWriter(args.events)

@@ -141,15 +141,20 @@ def write_json_atomic(path: Path, obj: Any) -> None:
         raise
 
 
+# What ends a command cleanly: Ctrl-C, `kill`, and the terminal closing (SIGHUP, whose
+# default would end the process without saving the history).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class Stopper:
-    """SIGINT / SIGTERM for the commands that run turns (replay, compare, lab).
+    """SIGINT / SIGTERM / SIGHUP for the commands that run turns (replay, compare, lab).
 
     The first signal closes the running turn the way barge-in does (``runner.interrupt``:
     silence, stream closed, slot confirmed idle), so the command can save everything and
     stop after it; with no turn running, or if the turn has not closed within ``grace``
     seconds, or on a second signal, the main task is cancelled and its ``finally`` blocks
     run. Installed explicitly: a process started in the background by a shell has SIGINT
-    ignored otherwise. ``exit_code`` is 128 + the signal (130 / 143), as a shell reports."""
+    ignored otherwise. ``exit_code`` is 128 + the signal (130 / 143 / 129), as a shell reports."""
 
     def __init__(self, grace: float = 5.0) -> None:
         self.grace = grace
@@ -161,7 +166,7 @@ class Stopper:
     def install(self) -> Stopper:
         loop = asyncio.get_running_loop()
         self._main = asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
         return self
 
@@ -169,7 +174,7 @@ class Stopper:
         if self._deadline is not None:  # the turn closed in time: do not cancel the saving
             self._deadline.cancel()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
 
     @property

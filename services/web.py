@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -56,7 +55,7 @@ from services.errors import UserError
 from services.prom import CONTENT_TYPE as PROM_CONTENT_TYPE
 from services.prom import ServiceMetrics
 from services.supervisor import SharedCheck, Supervisor
-from services.turn_options import add_asr_window_option
+from services.turn_options import STOP_SIGNALS, add_asr_window_option
 from services.web_session import BrowserSession, Limits, decode_wav_bytes
 
 if TYPE_CHECKING:
@@ -648,10 +647,10 @@ async def server_slots(assistant: Assistant) -> int:
 async def _until_signalled() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
