@@ -418,6 +418,7 @@ class MicSource:
         self.device = device
         self.block = SAMPLE_RATE * block_ms // 1000
         self.overflows = 0
+        self._overflowing = False
         self._max = max(1, int(max_queued_s * 1000 / block_ms))
         self._queue: asyncio.Queue[MicBlock | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -461,6 +462,13 @@ class MicSource:
         if block is not None and self._queue.qsize() >= self._max:
             self._queue.get_nowait()
             self.overflows += 1
+            if not self._overflowing:  # once per episode: the user's words have holes
+                self._overflowing = True
+                log.warning("fell %.1f s behind the microphone: dropping its oldest audio "
+                            "(%d blocks so far); is the CPU overloaded?",
+                            self._max * self.block / SAMPLE_RATE, self.overflows)
+        elif self._overflowing and self._queue.qsize() < self._max // 2:
+            self._overflowing = False
         self._queue.put_nowait(block)
 
     def __aiter__(self) -> AsyncIterator[MicBlock]:

@@ -455,3 +455,21 @@ async def test_a_quiet_but_open_microphone_is_warned_about_once_and_kept(
     assert len(got) == 2
     warnings = [r for r in caplog.records if "delivered no audio" in r.getMessage()]
     assert len(warnings) == 3  # before each block and before the end: once per quiet spell
+
+
+def test_a_microphone_the_loop_fell_behind_drops_the_oldest_and_says_so_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from pipeline.mic import MicSource
+
+    source = MicSource(block_ms=20, max_queued_s=0.1)  # 5 blocks
+    for t in range(8):
+        source._put(MicBlock(np.zeros(320, np.float32), float(t)))
+    assert source.overflows == 3
+    assert source._queue.get_nowait().t == 3.0  # the oldest went
+    warned = [r for r in caplog.records if "behind the microphone" in r.getMessage()]
+    assert len(warned) == 1 and "0.1 s behind" in warned[0].getMessage()
+    while not source._queue.empty():  # caught up
+        source._queue.get_nowait()
+    for t in range(8, 15):
+        source._put(MicBlock(np.zeros(320, np.float32), float(t)))
+    assert len([r for r in caplog.records if "behind the microphone" in r.getMessage()]) == 2
