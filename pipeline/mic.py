@@ -396,6 +396,8 @@ class UtteranceSegmenter:
 # start delivering, so not an error by itself).
 _CHECK_S = 0.5
 _QUIET_WARN_S = 5.0
+
+
 @dataclass(frozen=True)
 class MicBlock:
     samples: np.ndarray = field(repr=False)  # float32 mono 16 kHz
@@ -479,7 +481,8 @@ class MicSource:
         warned = False
         while True:
             try:
-                block = await asyncio.wait_for(self._queue.get(), _CHECK_S)
+                block = (self._queue.get_nowait() if not self._queue.empty()
+                         else await asyncio.wait_for(self._queue.get(), _CHECK_S))
             except TimeoutError:
                 self._check_alive()
                 quiet = time.monotonic() - quiet_since

@@ -186,8 +186,8 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     from pipeline.utterance_record import UtteranceRecorder
     from services.supervisor import Supervisor
 
-    # Ctrl-C / SIGTERM / SIGHUP cancel this task, so every `finally` below runs: the turn's LLM
-    # stream closes, both audio streams stop, the history is saved. Installed explicitly:
+    # Ctrl-C / SIGTERM / SIGHUP cancel this task, so every `finally` below runs: the turn's
+    # LLM stream closes, both audio streams stop, the history is saved. Installed explicitly:
     # a process started in the background by a shell has SIGINT ignored otherwise.
     main = asyncio.current_task()
     loop = asyncio.get_running_loop()
