@@ -53,21 +53,30 @@ def voiced_s(audio: np.ndarray) -> float:
     return (last - first) / SAMPLE_RATE
 
 
+def start_talk(env: dict[str, str], *options: str) -> subprocess.Popen[str]:
+    """``voice-llm talk`` on the daemon's ``mic`` and ``speaker``, once it says it is ready
+    (models loaded, the microphone open)."""
+    talk = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "talk", "--input-device", "pulse",
+         "--output-device", "pulse", *options],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert talk.stdout is not None
+    ready = talk.stdout.readline()
+    if not ready.startswith("ready:"):
+        talk.kill()
+        _, err = talk.communicate()
+        raise AssertionError(ready + err)
+    return talk
+
+
 def test_talk_hears_answers_and_is_interrupted(pulse, llama_server, tmp_path) -> None:
     events_path, history_path = tmp_path / "events.jsonl", tmp_path / "history.json"
     recording = tmp_path / "speaker.wav"
     env = {**pulse, "VOICE_LLM_STATE": str(tmp_path / "state")}
-    talk = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "talk", "--llm-url", llama_server.url,
-         "--input-device", "pulse", "--output-device", "pulse", "--events",
-         str(events_path), "--save-history", str(history_path), "--record",
-         str(tmp_path / "said")],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    talk = start_talk(env, "--llm-url", llama_server.url, "--events", str(events_path),
+                      "--save-history", str(history_path), "--record", str(tmp_path / "said"))
     recorder: subprocess.Popen[bytes] | None = None
     try:
-        assert talk.stdout is not None
-        ready = talk.stdout.readline()  # blocks until models are loaded and the mic is open
-        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
         recorder = subprocess.Popen(
             ["parecord", "--device=speaker.monitor", "--rate=16000", "--channels=1",
              "--file-format=wav", str(recording)], env=env)
@@ -171,16 +180,14 @@ def test_talk_restarts_a_killed_server_and_answers_the_next_question(pulse, tmp_
     events_path, state = tmp_path / "events.jsonl", tmp_path / "state"
     env = {**pulse, "VOICE_LLM_STATE": str(state)}
     url = f"http://127.0.0.1:{free_port()}"
-    talk = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "talk", "--llm-url", url, "--input-device",
-         "pulse", "--output-device", "pulse", "--events", str(events_path),
-         "--max-sentences", "0", "--max-tokens", "300"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     server = LlamaServer(state)
+    try:  # talk starts the server; stop it whatever happens
+        talk = start_talk(env, "--llm-url", url, "--events", str(events_path),
+                          "--max-sentences", "0", "--max-tokens", "300")
+    except AssertionError:
+        server.stop()
+        raise
     try:
-        assert talk.stdout is not None
-        ready = talk.stdout.readline()
-        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
         log = EventLog(events_path)
         subprocess.run(["paplay", "--device=mic", str(SAMPLES / "02_bicycle_history.wav")],
                        env=env, check=True, timeout=30)
@@ -221,16 +228,10 @@ def test_talk_whose_sound_server_dies_says_so_and_keeps_what_it_had(
     off is on disk (--record)."""
     events_path, history_path = tmp_path / "events.jsonl", tmp_path / "history.json"
     env = {**pulse, "VOICE_LLM_STATE": str(tmp_path / "state")}
-    talk = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "talk", "--llm-url", llama_server.url,
-         "--input-device", "pulse", "--output-device", "pulse", "--events",
-         str(events_path), "--save-history", str(history_path), "--record",
-         str(tmp_path / "said"), "--max-sentences", "1"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    talk = start_talk(env, "--llm-url", llama_server.url, "--events", str(events_path),
+                      "--save-history", str(history_path), "--record", str(tmp_path / "said"),
+                      "--max-sentences", "1")
     try:
-        assert talk.stdout is not None
-        ready = talk.stdout.readline()
-        assert ready.startswith("ready:"), ready + (talk.stderr.read() if talk.stderr else "")
         log = EventLog(events_path)
         subprocess.run(["paplay", "--device=mic", str(SAMPLES / "03_sky_blue.wav")],
                        env=env, check=True, timeout=30)
