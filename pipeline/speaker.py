@@ -34,6 +34,8 @@ _CHAIN_SLACK_S = 0.010
 # on a PulseAudio null sink that no other client holds at a low latency every restart went
 # ~1.9 s without one (session 30, scripts/bench_flush.py; healthy: ~20 ms, one block).
 # Watched for _RESTART_WATCH_S after the restart, polling every _WATCH_POLL_S.
+# While a play waits, the stream is checked this often for having ended by itself.
+_CHECK_S = 0.5
 _RESTART_STALL_S = 0.3
 _RESTART_WATCH_S = 0.5
 _WATCH_POLL_S = 0.01
@@ -182,12 +184,15 @@ class SoundDeviceSink:
 
     async def _until_heard(self, total: int, consumed: asyncio.Future[float],
                            wake: asyncio.Future[float]) -> int:
-        # A device that stops pulling audio must not hang the turn.
-        limit = total / self.sample_rate + 5.0
-        await asyncio.wait({consumed, wake}, timeout=limit,
-                           return_when=asyncio.FIRST_COMPLETED)
-        if not (consumed.done() or wake.done()):
-            raise AudioDeviceError("output device stopped consuming audio")
+        # A device that stops pulling audio must not hang the turn; one whose stream
+        # ended by itself is said at once.
+        deadline = time.monotonic() + total / self.sample_rate + 5.0
+        while not (consumed.done() or wake.done()):
+            self._check_alive()
+            if (left := deadline - time.monotonic()) <= 0:
+                raise AudioDeviceError("output device stopped consuming audio")
+            await asyncio.wait({consumed, wake}, timeout=min(left, _CHECK_S),
+                               return_when=asyncio.FIRST_COMPLETED)
         if not wake.done():
             delay = consumed.result() - time.monotonic()
             if delay > 0:
@@ -198,6 +203,18 @@ class SoundDeviceSink:
         if (left := silent_at - time.monotonic()) > 0:
             await asyncio.sleep(left)
         return self._heard_by(silent_at)
+
+    def _check_alive(self) -> None:
+        """A stream PortAudio ended by itself (the device unplugged, the sound server gone)
+        is neither active nor stopped. So is one a flush is aborting, for a moment (its
+        callback thread exits before PortAudio resets the flag): not checked then."""
+        stream = self._stream
+        flushing = self._flusher is not None and self._flusher.is_alive()
+        if stream is not None and not flushing and not stream.active and not stream.stopped:
+            raise AudioDeviceError(
+                f"output device {self.device or 'default'!r} stopped taking audio (its "
+                "stream ended: unplugged, or the sound server stopped); check it, then "
+                "start again")
 
     def heard_from(self) -> float | None:
         """When the first sample of the current (or last) ``play`` reached the speaker, on

@@ -481,3 +481,94 @@ def test_a_pulseaudio_sink_that_stalls_after_a_flush_replies_at_once_after(
     assert "not flushing it any more" in child.stderr
     assert 0.2 * 22050 < result["played"] < 22050  # cut, its queue counted
     assert result["next_s"] < 0.3 + 0.5  # the next reply's 0.3 s, not a ~1.9 s stall
+
+
+class EndedStream:
+    """An output stream whose callback thread failed: PortAudio leaves it neither active
+    nor stopped, and calls back no more."""
+
+    active = stopped = False
+    latency = 0.05
+
+
+@pytest.mark.parametrize("flushing", [False, True])
+async def test_a_play_on_a_stream_that_ended_by_itself_fails_at_once(
+        monkeypatch: pytest.MonkeyPatch, flushing: bool) -> None:
+    """Not after the reply's length + 5 s; but a flush's abort, which leaves the stream
+    in the same state for a moment, is not taken for it."""
+    import threading
+
+    from pipeline import speaker
+
+    monkeypatch.setattr(speaker, "_CHECK_S", 0.02)
+    sink = SoundDeviceSink(device="usb speaker")
+    sink.sample_rate, sink._loop = RATE, asyncio.get_running_loop()
+    sink._stream = EndedStream()
+    release = threading.Event()
+    if flushing:
+        sink._flusher = threading.Thread(target=release.wait, daemon=True)
+        sink._flusher.start()
+    task = asyncio.create_task(sink.play(ramp(0.5)))
+    await asyncio.sleep(0.2)
+    try:
+        if flushing:
+            assert not task.done()
+        else:
+            with pytest.raises(AudioDeviceError, match="'usb speaker' stopped taking audio"):
+                await task
+    finally:
+        release.set()
+        if flushing:
+            sink.flushes = False  # the stop below ends the play without a flush of its own
+            sink.stop()
+            await asyncio.wait_for(task, 2)
+
+
+DEAD_SERVER_CHILD = r"""
+import asyncio, faulthandler, json, os, subprocess, time
+import numpy as np
+faulthandler.dump_traceback_later(45, exit=True)
+from pipeline.sound_device import AudioDeviceError
+from pipeline.speaker import SoundDeviceSink
+
+async def main():
+    sink = SoundDeviceSink()
+    await sink.open(22050)
+    subprocess.run(["pulseaudio", "-k"], check=True, timeout=30)
+    await asyncio.sleep(1.0)
+    tone = (8000 * np.sin(2 * np.pi * 440 * np.arange(44100) / 22050)).astype(np.int16)
+    called = time.monotonic()
+    try:
+        await sink.play(tone)  # 2 s
+        error = None
+    except AudioDeviceError as e:
+        error = str(e)
+    print(json.dumps(dict(error=error, after_s=time.monotonic() - called)))
+    await sink.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.audio
+def test_a_sink_whose_sound_server_died_says_so_at_the_next_play() -> None:
+    """The PulseAudio daemon killed under an open sink: PortAudio's output stream ends by
+    itself. The next play used to wait its length + 5 s, then say only that the device
+    stopped consuming audio."""
+    import json
+    import subprocess
+    import sys
+
+    from pulse import MISSING_REASON, private_pulse, pulse_missing
+
+    if pulse_missing():
+        pytest.skip(MISSING_REASON)
+    root = Path(__file__).resolve().parent.parent
+    with private_pulse() as env:
+        child = subprocess.run([sys.executable, "-c", DEAD_SERVER_CHILD], capture_output=True,
+                               text=True, timeout=60, env={**env, "PYTHONPATH": str(root)})
+    assert child.returncode == 0, child.stderr[-2000:]
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    print(f"\n[dead sound server] {result}")
+    assert result["error"] is not None and "stopped taking audio" in result["error"]
+    assert result["after_s"] < 2.0  # not the 2 s tone + 5 s
