@@ -425,6 +425,25 @@ async def test_null_sink_close_ends_a_running_play() -> None:
     assert 0 < await asyncio.wait_for(task, 1.0) < 2 * RATE
 
 
+def on_private_pulse(child_code: str) -> tuple[dict[str, Any], str]:
+    """Run ``child_code`` in a Python process of its own on a private PulseAudio daemon
+    (tests/pulse.py); returns the JSON it printed last and its stderr."""
+    import json
+    import subprocess
+    import sys
+
+    from pulse import MISSING_REASON, private_pulse, pulse_missing
+
+    if pulse_missing():
+        pytest.skip(MISSING_REASON)
+    root = Path(__file__).resolve().parent.parent
+    with private_pulse() as env:
+        child = subprocess.run([sys.executable, "-c", child_code], capture_output=True,
+                               text=True, timeout=60, env={**env, "PYTHONPATH": str(root)})
+    assert child.returncode == 0, child.stderr[-2000:]
+    return json.loads(child.stdout.strip().splitlines()[-1]), child.stderr
+
+
 STALL_CHILD = r"""
 import asyncio, faulthandler, json, time
 import numpy as np
@@ -462,23 +481,10 @@ def test_a_pulseaudio_sink_that_stalls_after_a_flush_replies_at_once_after(
     """On a PulseAudio null sink with nothing else holding it at a low latency, the
     restart after a flush went ~1.9 s without a callback (session 30): the sink sees it
     and stops flushing, so the play after the next barge-in is heard at once."""
-    import json
-    import subprocess
-    import sys
-
-    from pulse import MISSING_REASON, private_pulse, pulse_missing
-
-    if pulse_missing():
-        pytest.skip(MISSING_REASON)
-    root = Path(__file__).resolve().parent.parent
-    with private_pulse() as env:
-        child = subprocess.run([sys.executable, "-c", STALL_CHILD], capture_output=True,
-                               text=True, timeout=60, env={**env, "PYTHONPATH": str(root)})
-    assert child.returncode == 0, child.stderr[-2000:]
-    result = json.loads(child.stdout.strip().splitlines()[-1])
+    result, stderr = on_private_pulse(STALL_CHILD)
     print(f"\n[pulse stall] {result}")
-    assert result["flushes"] is False, child.stderr[-2000:]
-    assert "not flushing it any more" in child.stderr
+    assert result["flushes"] is False, stderr[-2000:]
+    assert "not flushing it any more" in stderr
     assert 0.2 * 22050 < result["played"] < 22050  # cut, its queue counted
     assert result["next_s"] < 0.3 + 0.5  # the next reply's 0.3 s, not a ~1.9 s stall
 
@@ -555,20 +561,7 @@ def test_a_sink_whose_sound_server_died_says_so_at_the_next_play() -> None:
     """The PulseAudio daemon killed under an open sink: PortAudio's output stream ends by
     itself. The next play used to wait its length + 5 s, then say only that the device
     stopped consuming audio."""
-    import json
-    import subprocess
-    import sys
-
-    from pulse import MISSING_REASON, private_pulse, pulse_missing
-
-    if pulse_missing():
-        pytest.skip(MISSING_REASON)
-    root = Path(__file__).resolve().parent.parent
-    with private_pulse() as env:
-        child = subprocess.run([sys.executable, "-c", DEAD_SERVER_CHILD], capture_output=True,
-                               text=True, timeout=60, env={**env, "PYTHONPATH": str(root)})
-    assert child.returncode == 0, child.stderr[-2000:]
-    result = json.loads(child.stdout.strip().splitlines()[-1])
+    result, _ = on_private_pulse(DEAD_SERVER_CHILD)
     print(f"\n[dead sound server] {result}")
     assert result["error"] is not None and "stopped taking audio" in result["error"]
     assert result["after_s"] < 2.0  # not the 2 s tone + 5 s
