@@ -67,7 +67,7 @@ def _wait_for_event(path: Path, event: str, timeout: float = 120.0) -> list[dict
 @pytest.mark.integration
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130),
                                        (signal.SIGHUP, 129)],
-                         ids=["SIGTERM", "SIGINT", "SIGHUP (the terminal closed)"])
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])  # SIGHUP: the terminal closed
 def test_replay_stopped_by_a_signal_closes_the_turn_and_saves(
         llama_server, tmp_path: Path, sig: signal.Signals, code: int) -> None:
     events, out = tmp_path / "events.jsonl", tmp_path / "replay.json"
