@@ -298,7 +298,8 @@ async def test_without_a_flush_stop_waits_for_the_queue_and_counts_it() -> None:
 
     sink = SoundDeviceSink(block_ms=20)
     sink.sample_rate, sink.flushes = RATE, False
-    sink._stream, sink._loop = object(), asyncio.get_running_loop()
+    sink._stream = SimpleNamespace(active=True, stopped=False)  # a live stream
+    sink._loop = asyncio.get_running_loop()
     task = asyncio.create_task(sink.play(ramp(1.0)))
     await asyncio.sleep(0)
     out = np.zeros((RATE // 50, 1), dtype=np.int16)
