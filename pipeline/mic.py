@@ -33,6 +33,7 @@ from pipeline.sound_device import (
     device_name,
     import_sounddevice,
     one_line,
+    stream_ended,
 )
 
 log = logging.getLogger(__name__)
@@ -425,7 +426,6 @@ class MicSource:
         self._queue: asyncio.Queue[MicBlock | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stream: Any = None
-        self._name = "default" if device is None else str(device)  # PortAudio's, once open
 
     async def __aenter__(self) -> MicSource:
         sd = import_sounddevice()
@@ -437,7 +437,7 @@ class MicSource:
         await self.close()
 
     def _open(self, sd: Any) -> Any:
-        self._name = name = device_name(self.device)
+        name = device_name(self.device)
         try:
             sd.check_input_settings(device=self.device, channels=1, dtype="float32",
                                     samplerate=SAMPLE_RATE)
@@ -490,7 +490,7 @@ class MicSource:
                     warned = True
                     log.warning("input device %s has delivered no audio for %.0f s (its "
                                 "stream is still open); is the sound server stuck?",
-                                self._name, quiet)
+                                device_name(self.device), quiet)
                 continue
             if block is None:
                 return
@@ -498,13 +498,11 @@ class MicSource:
             yield block
 
     def _check_alive(self) -> None:
-        """A stream PortAudio ended by itself (the device unplugged, the sound server
-        gone: its callback thread failed) is not active and not stopped: say so, instead
-        of waiting forever for a block that will not come."""
-        stream = self._stream
-        if stream is not None and not stream.active and not stream.stopped:
+        """Say that the stream ended by itself, instead of waiting forever for a block that
+        will not come (only close() stops it, and it lets go of the stream first)."""
+        if self._stream is not None and stream_ended(self._stream):
             raise AudioDeviceError(
-                f"input device {self._name!r} stopped delivering audio (its "
+                f"input device {device_name(self.device)} stopped delivering audio (its "
                 "stream ended: unplugged, or the sound server stopped); check it, then start "
                 "again")
 

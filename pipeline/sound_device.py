@@ -24,6 +24,14 @@ def close_stream(stream: Any) -> None:
     stream.close()
 
 
+def stream_ended(stream: Any) -> bool:
+    """PortAudio ended ``stream`` by itself (the device unplugged, the sound server gone):
+    its callback thread failed, so it is neither active nor stopped, and nothing says so
+    (seen on PulseAudio's daemon killed under talk). A stream being stopped or aborted
+    passes through that state for a moment too: callers rule that out."""
+    return not stream.active and not stream.stopped
+
+
 def one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 

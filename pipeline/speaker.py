@@ -16,6 +16,7 @@ from pipeline.sound_device import (
     close_stream,
     device_name,
     import_sounddevice,
+    stream_ended,
 )
 
 log = logging.getLogger(__name__)
@@ -205,14 +206,12 @@ class SoundDeviceSink:
         return self._heard_by(silent_at)
 
     def _check_alive(self) -> None:
-        """A stream PortAudio ended by itself (the device unplugged, the sound server gone)
-        is neither active nor stopped. So is one a flush is aborting, for a moment (its
-        callback thread exits before PortAudio resets the flag): not checked then."""
-        stream = self._stream
+        """Say that the stream ended by itself; not while a flush runs, whose abort passes
+        through the same state."""
         flushing = self._flusher is not None and self._flusher.is_alive()
-        if stream is not None and not flushing and not stream.active and not stream.stopped:
+        if self._stream is not None and not flushing and stream_ended(self._stream):
             raise AudioDeviceError(
-                f"output device {self.device or 'default'!r} stopped taking audio (its "
+                f"output device {device_name(self.device)} stopped taking audio (its "
                 "stream ended: unplugged, or the sound server stopped); check it, then "
                 "start again")
 

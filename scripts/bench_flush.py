@@ -174,8 +174,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                 continue
             still = (statistics.mode(r["flushes_after"] for r in group) if flush == "on"
                      else "-")
-            cells = [span(values(group, key))
-                     for key in ("cut_tail_ms", "next_latency_ms", "longest_gap_ms", "open_gap_ms")]
+            keys = ("cut_tail_ms", "next_latency_ms", "longest_gap_ms", "open_gap_ms")
+            cells = [span(values(group, key)) for key in keys]
             lines.append(f"| {recorder} | {flush} | {len(group)} | {' | '.join(cells)} "
                          f"| {still} |")
     return "\n".join(lines)

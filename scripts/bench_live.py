@@ -439,8 +439,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.report_only:  # the paused questions the run spoke, whatever --pause-ms says now
         questions += spoken_paused(args.out, args.paused)
-        args.pause_ms = json.loads((args.out / "live.json").read_text()).get(
-            "pause_ms", args.pause_ms) if (args.out / "live.json").exists() else args.pause_ms
+        if (args.out / "live.json").exists():
+            run = json.loads((args.out / "live.json").read_text())
+            args.pause_ms = run.get("pause_ms", args.pause_ms)
     else:
         questions += make_paused(args.paused, args.out / "paused", args.pause_ms)
 
