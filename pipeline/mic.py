@@ -18,6 +18,7 @@ Three layers, so each can be tested on its own:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -397,6 +398,10 @@ class UtteranceSegmenter:
 # start delivering, so not an error by itself).
 _CHECK_S = 0.5
 _QUIET_WARN_S = 5.0
+# A stream that ended by itself is opened again for this long (every _CHECK_S) before the
+# device counts as gone: a sound server restarting (PulseAudio killed and respawned, a
+# PipeWire restart) is back within ~1 s here; a USB microphone replugged takes longer.
+REOPEN_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -426,6 +431,8 @@ class MicSource:
         self._queue: asyncio.Queue[MicBlock | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stream: Any = None
+        self.reopened = 0  # times the stream ended by itself and was opened again
+        self._closed = False
 
     async def __aenter__(self) -> MicSource:
         sd = import_sounddevice()
@@ -484,7 +491,10 @@ class MicSource:
                 block = (self._queue.get_nowait() if not self._queue.empty()
                          else await asyncio.wait_for(self._queue.get(), _CHECK_S))
             except TimeoutError:
-                self._check_alive()
+                if self._stream is not None and stream_ended(self._stream):
+                    await self._reopen()
+                    quiet_since, warned = time.monotonic(), False
+                    continue
                 quiet = time.monotonic() - quiet_since
                 if quiet >= _QUIET_WARN_S and not warned:
                     warned = True
@@ -497,16 +507,42 @@ class MicSource:
             quiet_since, warned = time.monotonic(), False
             yield block
 
-    def _check_alive(self) -> None:
-        """Say that the stream ended by itself, instead of waiting forever for a block that
-        will not come (only close() stops it, and it lets go of the stream first)."""
-        if self._stream is not None and stream_ended(self._stream):
-            raise AudioDeviceError(
-                f"input device {device_name(self.device)} stopped delivering audio (its "
-                "stream ended: unplugged, or the sound server stopped); check it, then start "
-                "again")
+    async def _reopen(self) -> None:
+        """The stream ended by itself (PortAudio says nothing: its callback thread ended,
+        the stream is neither active nor stopped): open the device again, for up to
+        ``REOPEN_S``, so a sound server that restarted loses the user a second of audio,
+        not the conversation. A device still gone after that is an error, instead of a
+        wait forever for a block that will not come (only close() stops the stream, and
+        it lets go of it first)."""
+        ended, self._stream = self._stream, None
+        name = device_name(self.device)
+        log.warning("input device %s stopped delivering audio (its stream ended); "
+                    "opening it again", name)
+        with contextlib.suppress(Exception):  # PortAudio may refuse to stop a dead stream
+            await asyncio.to_thread(close_stream, ended)
+        sd = import_sounddevice()
+        deadline = time.monotonic() + REOPEN_S
+        while not self._closed:
+            try:
+                stream = await asyncio.to_thread(self._open, sd)
+            except AudioDeviceError:
+                if time.monotonic() >= deadline:
+                    raise AudioDeviceError(
+                        f"input device {name} stopped delivering audio (its stream ended: "
+                        "unplugged, or the sound server stopped) and did not come back in "
+                        f"{REOPEN_S:.0f} s; check it, then start again") from None
+                await asyncio.sleep(_CHECK_S)
+                continue
+            if self._closed:  # close() ran meanwhile: it ends the iteration
+                await asyncio.to_thread(close_stream, stream)
+                return
+            self._stream = stream
+            self.reopened += 1
+            log.warning("input device %s is back: listening again", name)
+            return
 
     async def close(self) -> None:
+        self._closed = True
         stream, self._stream = self._stream, None
         if stream is not None:
             await asyncio.to_thread(close_stream, stream)

@@ -81,6 +81,8 @@ class SoundDeviceSink:
         self._last_callback = 0.0
         self._pulling = threading.Event()  # the device consumes blocks at real-time pace
         self.flushes = True  # stop() drops the device's queue; off after a stalled restart
+        self.reopened = 0  # times the stream ended by itself and was opened again
+        self._lost = False  # it ended by itself and could not be opened again (yet)
 
     async def open(self, sample_rate: int) -> None:
         if self._stream is not None and sample_rate == self.sample_rate:
@@ -163,12 +165,14 @@ class SoundDeviceSink:
 
     async def play(self, samples: np.ndarray) -> int:
         samples = as_int16(samples)
-        if self._stream is None:
+        if self._stream is None and not self._lost:
             raise RuntimeError("SoundDeviceSink.play() before open()")
         if self._stopped or samples.size == 0:
             with self._lock:
                 self._blocks = []  # heard_from() must not date this call by the last one
             return 0
+        if self._lost or self._ended():
+            await self._reopen()
         loop = asyncio.get_running_loop()
         consumed: asyncio.Future[float] = loop.create_future()
         wake: asyncio.Future[float] = loop.create_future()
@@ -205,11 +209,37 @@ class SoundDeviceSink:
             await asyncio.sleep(left)
         return self._heard_by(silent_at)
 
-    def _check_alive(self) -> None:
-        """Say that the stream ended by itself; not while a flush runs, whose abort passes
+    def _ended(self) -> bool:
+        """The stream ended by itself; not judged while a flush runs, whose abort passes
         through the same state."""
         flushing = self._flusher is not None and self._flusher.is_alive()
-        if self._stream is not None and not flushing and stream_ended(self._stream):
+        return self._stream is not None and not flushing and stream_ended(self._stream)
+
+    async def _reopen(self) -> None:
+        """A stream that ended by itself since the last play (the sound server restarted,
+        the device was replugged) is opened again before this one: a restart costs no
+        reply. Still gone: open()'s one-line AudioDeviceError."""
+        log.warning("output device %s stopped taking audio (its stream ended); opening it "
+                    "again", device_name(self.device))
+        rate = self.sample_rate
+        await self.close()
+        self._lost = True  # until it opens: every play tries again
+        try:
+            await self.open(rate)
+        except AudioDeviceError as e:
+            name = device_name(self.device)
+            why = str(e).removeprefix(f"cannot open output device {name}: ")
+            raise AudioDeviceError(
+                f"output device {name} stopped taking audio (its stream ended: unplugged, "
+                f"or the sound server stopped) and does not open again ({why}); check it: "
+                "the next reply tries again") from None
+        self._lost = False
+        self.reopened += 1
+        log.warning("output device %s is back", device_name(self.device))
+
+    def _check_alive(self) -> None:
+        """Say that the stream ended by itself while a play waited."""
+        if self._ended():
             raise AudioDeviceError(
                 f"output device {device_name(self.device)} stopped taking audio (its "
                 "stream ended: unplugged, or the sound server stopped); check it, then "

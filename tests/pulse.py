@@ -31,6 +31,23 @@ def pulse_missing() -> bool:
     return any(shutil.which(t) is None for t in TOOLS)
 
 
+def start_pulse(env: dict[str, str]) -> None:
+    """Start the daemon ``env`` reaches, with the ``mic`` and ``speaker`` null sinks as the
+    defaults, and wait until it answers. ``private_pulse`` starts it; a test that killed it
+    can start it again (a sound server restarting under a running program)."""
+    subprocess.run(["pulseaudio", "-D", "-n", "--exit-idle-time=-1", "--daemonize=yes",
+                    "--load=module-native-protocol-unix",
+                    "--load=module-null-sink sink_name=mic",
+                    "--load=module-null-sink sink_name=speaker"],
+                   env=env, check=True, capture_output=True, timeout=30)
+    for _ in range(100):
+        if subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+    subprocess.run(["pactl", "set-default-source", "mic.monitor"], env=env, check=True)
+    subprocess.run(["pactl", "set-default-sink", "speaker"], env=env, check=True)
+
+
 @contextmanager
 def private_pulse() -> Iterator[dict[str, str]]:
     """A private PulseAudio daemon; yields the environment that reaches it."""
@@ -40,18 +57,8 @@ def private_pulse() -> Iterator[dict[str, str]]:
            f"unix:{runtime}/pulse/native", "HOME": runtime}
     env.pop("PULSE_SINK", None)
     env.pop("PULSE_SOURCE", None)
-    subprocess.run(["pulseaudio", "-D", "-n", "--exit-idle-time=-1", "--daemonize=yes",
-                    "--load=module-native-protocol-unix",
-                    "--load=module-null-sink sink_name=mic",
-                    "--load=module-null-sink sink_name=speaker"],
-                   env=env, check=True, capture_output=True, timeout=30)
+    start_pulse(env)
     try:
-        for _ in range(100):
-            if subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
-        subprocess.run(["pactl", "set-default-source", "mic.monitor"], env=env, check=True)
-        subprocess.run(["pactl", "set-default-sink", "speaker"], env=env, check=True)
         yield env
     finally:
         subprocess.run(["pulseaudio", "-k"], env=env, capture_output=True, timeout=30)

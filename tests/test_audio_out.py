@@ -492,14 +492,23 @@ def test_a_pulseaudio_sink_that_stalls_after_a_flush_replies_at_once_after(
 
 class EndedStream:
     """An output stream whose callback thread failed: PortAudio leaves it neither active
-    nor stopped, and calls back no more."""
+    nor stopped, and calls back no more (``active=True``: one still alive)."""
 
-    active = stopped = False
+    stopped = False
     latency = 0.05
+
+    def __init__(self, active: bool = False) -> None:
+        self.active = active
+
+    def stop(self) -> None:
+        """What close() does to a stream: nothing to do for a stand-in."""
+
+    def close(self) -> None:
+        """Ditto."""
 
 
 @pytest.mark.parametrize("flushing", [False, True])
-async def test_a_play_on_a_stream_that_ended_by_itself_fails_at_once(
+async def test_a_stream_that_ends_by_itself_during_a_play_fails_it_at_once(
         monkeypatch: pytest.MonkeyPatch, flushing: bool) -> None:
     """Not after the reply's length + 5 s; but a flush's abort, which leaves the stream
     in the same state for a moment, is not taken for it."""
@@ -510,13 +519,15 @@ async def test_a_play_on_a_stream_that_ended_by_itself_fails_at_once(
     monkeypatch.setattr(speaker, "_CHECK_S", 0.02)
     sink = SoundDeviceSink(device="usb speaker")
     sink.sample_rate, sink._loop = RATE, asyncio.get_running_loop()
-    sink._stream = EndedStream()
+    sink._stream = stream = EndedStream(active=True)
     release = threading.Event()
     if flushing:
         sink._flusher = threading.Thread(target=release.wait, daemon=True)
         sink._flusher.start()
     task = asyncio.create_task(sink.play(ramp(0.5)))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.05)
+    stream.active = False  # the sound server went away mid-play
+    await asyncio.sleep(0.15)
     try:
         if flushing:
             assert not task.done()
@@ -529,6 +540,54 @@ async def test_a_play_on_a_stream_that_ended_by_itself_fails_at_once(
             sink.flushes = False  # the stop below ends the play without a flush of its own
             sink.stop()
             await asyncio.wait_for(task, 2)
+
+
+def ended_speaker(monkeypatch: pytest.MonkeyPatch) -> tuple[SoundDeviceSink, list[int]]:
+    """A sink whose stream ended by itself between two plays, with ``open`` standing in
+    for the device: it fails while the list of rates it was asked for is shorter than
+    ``fails``, then gives a stream that plays at once."""
+    sink = SoundDeviceSink(device="usb speaker")
+    sink.sample_rate, sink._loop = RATE, asyncio.get_running_loop()
+    sink._stream = EndedStream()
+    asked: list[int] = []
+
+    async def open_device(sample_rate: int) -> None:
+        asked.append(sample_rate)
+        if len(asked) <= getattr(sink, "fails", 0):
+            raise AudioDeviceError("cannot open output device 'usb speaker': "
+                                   "Unanticipated host error")
+        sink._stream, sink._stopped = EndedStream(active=True), False
+
+    async def heard_at_once(total: int, consumed: object, wake: object) -> int:
+        return total
+
+    monkeypatch.setattr(sink, "open", open_device)
+    monkeypatch.setattr(sink, "_until_heard", heard_at_once)
+    return sink, asked
+
+
+async def test_a_play_after_the_stream_ended_opens_the_device_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sound server restarted between two replies: the next one is heard."""
+    sink, asked = ended_speaker(monkeypatch)
+    assert await sink.play(ramp(0.1)) == int(0.1 * RATE)
+    assert asked == [RATE] and sink.reopened == 1
+    assert await sink.play(ramp(0.1)) == int(0.1 * RATE)
+    assert asked == [RATE]  # alive now: not opened again
+
+
+async def test_a_device_that_does_not_open_again_is_one_line_and_tried_at_the_next_play(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    sink, asked = ended_speaker(monkeypatch)
+    sink.fails = 1  # type: ignore[attr-defined]
+    with pytest.raises(AudioDeviceError) as failed:
+        await sink.play(ramp(0.1))
+    said = str(failed.value)
+    assert said.startswith("output device 'usb speaker' stopped taking audio")
+    assert "does not open again (Unanticipated host error)" in said and "\n" not in said
+    sink.resume()  # the turn is over (TurnRunner.run)
+    assert await sink.play(ramp(0.1)) == int(0.1 * RATE)  # it came back meanwhile
+    assert asked == [RATE, RATE] and sink.reopened == 1
 
 
 DEAD_SERVER_CHILD = r"""
@@ -560,9 +619,10 @@ asyncio.run(main())
 @pytest.mark.audio
 def test_a_sink_whose_sound_server_died_says_so_at_the_next_play() -> None:
     """The PulseAudio daemon killed under an open sink: PortAudio's output stream ends by
-    itself. The next play used to wait its length + 5 s, then say only that the device
-    stopped consuming audio."""
+    itself. The next play tries to open it again, and with no server says so at once; it
+    used to wait its length + 5 s, then say only that the device stopped consuming audio."""
     result, _ = on_private_pulse(DEAD_SERVER_CHILD)
     print(f"\n[dead sound server] {result}")
     assert result["error"] is not None and "stopped taking audio" in result["error"]
+    assert "does not open again" in result["error"]
     assert result["after_s"] < 2.0  # not the 2 s tone + 5 s

@@ -21,6 +21,7 @@ from pipeline.mic import (
     WINDOW,
     GuardedGate,
     MicBlock,
+    MicSource,
     SegmenterConfig,
     SileroStream,
     SpeechGap,
@@ -419,21 +420,60 @@ class EndedStream:
         self.active, self.stopped = active, False
 
 
-async def test_a_microphone_whose_stream_ended_by_itself_is_an_error(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def ended_microphone(monkeypatch: pytest.MonkeyPatch,
+                     opens_as: object) -> tuple[MicSource, list[object]]:
+    """A MicSource whose stream ended by itself after one block, and the list of its
+    tries to open the device again: each gives ``opens_as`` (a stream, or an exception
+    to raise)."""
     from pipeline import mic as mic_module
-    from pipeline.mic import MicSource
-    from pipeline.sound_device import AudioDeviceError
 
     monkeypatch.setattr(mic_module, "_CHECK_S", 0.02)
+    monkeypatch.setattr(mic_module, "REOPEN_S", 0.1)
+    monkeypatch.setattr(mic_module, "import_sounddevice", lambda: None)
+    monkeypatch.setattr(mic_module, "close_stream", lambda stream: None)
     source = MicSource("usb mic")
+    tries: list[object] = []
+
+    def open_again(sd: object) -> object:
+        tries.append(sd)
+        if isinstance(opens_as, BaseException):
+            raise opens_as
+        return opens_as
+
+    monkeypatch.setattr(source, "_open", open_again)
+    source._loop = asyncio.get_running_loop()
     source._stream = EndedStream(active=False)
     source._put(MicBlock(np.zeros(320, np.float32), 0.0))  # what came before still comes
+    return source, tries
+
+
+async def test_a_microphone_whose_stream_ended_and_stays_gone_is_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.sound_device import AudioDeviceError
+
+    source, tries = ended_microphone(monkeypatch, AudioDeviceError("cannot open it"))
     got = []
-    with pytest.raises(AudioDeviceError, match="'usb mic' stopped delivering audio"):
+    with pytest.raises(AudioDeviceError, match="'usb mic' stopped delivering audio .* did "
+                       "not come back in 0 s; check it"):
         async for block in source:
             got.append(block)
     assert len(got) == 1
+    assert len(tries) >= 2  # tried every _CHECK_S until REOPEN_S
+
+
+async def test_a_microphone_whose_stream_ended_is_opened_again_and_goes_on(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The sound server restarted: the device opens again and its blocks come as before."""
+    back = EndedStream(active=True)
+    source, tries = ended_microphone(monkeypatch, back)
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, source._put, MicBlock(np.ones(320, np.float32), 1.0))
+    loop.call_later(0.3, source._put, None)  # close()
+    got = [block.t async for block in source]
+    assert got == [0.0, 1.0]
+    assert len(tries) == 1 and source.reopened == 1 and source._stream is back
+    said = [r.getMessage() for r in caplog.records]
+    assert any("'usb mic' is back" in m for m in said), said
 
 
 async def test_a_quiet_but_open_microphone_is_warned_about_once_and_kept(
@@ -441,7 +481,6 @@ async def test_a_quiet_but_open_microphone_is_warned_about_once_and_kept(
     """A PulseAudio null sink's monitor delivers nothing for up to ~3 s after opening, so
     silence from an open stream is logged, not an error; a block resets the warning."""
     from pipeline import mic as mic_module
-    from pipeline.mic import MicSource
 
     monkeypatch.setattr(mic_module, "_CHECK_S", 0.01)
     monkeypatch.setattr(mic_module, "_QUIET_WARN_S", 0.05)
@@ -459,7 +498,6 @@ async def test_a_quiet_but_open_microphone_is_warned_about_once_and_kept(
 
 def test_a_microphone_the_loop_fell_behind_drops_the_oldest_and_says_so_once(
         caplog: pytest.LogCaptureFixture) -> None:
-    from pipeline.mic import MicSource
 
     source = MicSource(block_ms=20, max_queued_s=0.1)  # 5 blocks
     for t in range(8):

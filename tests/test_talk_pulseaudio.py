@@ -21,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pulse import MISSING_REASON, EventLog, frame_rms, private_pulse, pulse_missing
+from pulse import (
+    MISSING_REASON,
+    EventLog,
+    frame_rms,
+    private_pulse,
+    pulse_missing,
+    start_pulse,
+)
 from script_module import load_script
 
 from pipeline.audio_in import SAMPLE_RATE, load_wav
@@ -223,9 +230,10 @@ def test_talk_whose_sound_server_dies_says_so_and_keeps_what_it_had(
         pulse, llama_server, tmp_path) -> None:
     """The sound server stops (here: the PulseAudio daemon killed) while the user is
     speaking. PortAudio's input stream then ends by itself, with no error to any caller:
-    talk used to wait for the next block forever, saying nothing. Now it ends with one
-    line that says what happened, the conversation so far is saved and the question cut
-    off is on disk (--record)."""
+    talk used to wait for the next block forever, saying nothing. Now it tries to open
+    the device again for 5 s (a restart would be back by then: the test below), then ends
+    with one line that says what happened; the conversation so far is saved and the
+    question cut off is on disk (--record)."""
     events_path, history_path = tmp_path / "events.jsonl", tmp_path / "history.json"
     env = {**pulse, "VOICE_LLM_STATE": str(tmp_path / "state")}
     talk = start_talk(env, "--llm-url", llama_server.url, "--events", str(events_path),
@@ -257,3 +265,54 @@ def test_talk_whose_sound_server_dies_says_so_and_keeps_what_it_had(
     assert [p.name for p in said] == ["utterance-001.wav", "utterance-002.wav"], err
     cut = voiced_s(load_wav(said[1]))
     assert 0.3 < cut < voiced_s(load_wav(SAMPLES / "06_learn_language.wav")), cut
+
+
+def test_talk_goes_on_after_the_sound_server_restarts(pulse, llama_server, tmp_path) -> None:
+    """The sound server restarts between two questions (the PulseAudio daemon killed and
+    started again, as a desktop session does): talk opens the microphone again within a
+    second or so, the next question is answered aloud through the speaker opened again,
+    and the conversation goes on with both turns in its history."""
+    events_path, history_path = tmp_path / "events.jsonl", tmp_path / "history.json"
+    recording = tmp_path / "speaker.wav"
+    env = {**pulse, "VOICE_LLM_STATE": str(tmp_path / "state")}
+    talk = start_talk(env, "--llm-url", llama_server.url, "--events", str(events_path),
+                      "--save-history", str(history_path), "--max-sentences", "1")
+    recorder: subprocess.Popen[bytes] | None = None
+    try:
+        log = EventLog(events_path)
+        subprocess.run(["paplay", "--device=mic", str(SAMPLES / "03_sky_blue.wav")],
+                       env=env, check=True, timeout=30)
+        log.wait(1, "turn.end", 120, talk)
+        subprocess.run(["pulseaudio", "-k"], env=env, check=True, timeout=30)
+        time.sleep(1.0)
+        start_pulse(env)
+        time.sleep(4.0)  # the mic opened again; a null sink's monitor may take ~3 s
+        recorder = subprocess.Popen(
+            ["parecord", "--device=speaker.monitor", "--rate=16000", "--channels=1",
+             "--file-format=wav", str(recording)], env=env)
+        subprocess.run(["paplay", "--device=mic", str(SAMPLES / "06_learn_language.wav")],
+                       env=env, check=True, timeout=30)
+        asr2, _ = log.wait(2, "asr.end", 60, talk)
+        log.wait(2, "turn.end", 120, talk)
+        time.sleep(0.5)
+        assert talk.poll() is None, "talk ended after the restart"
+        talk.send_signal(signal.SIGINT)
+        _, err = talk.communicate(timeout=60)
+    finally:
+        if recorder is not None:
+            recorder.terminate()
+            recorder.wait(timeout=10)
+        if talk.poll() is None:
+            talk.kill()
+            talk.communicate()
+    assert talk.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert "language" in str(asr2["text"]).lower()
+    turn2 = [e for e in log.events if e["turn"] == 2]
+    assert not any(e["stage"] == "turn" and e["event"] == "error" for e in turn2), turn2
+    assert any("input device 'pulse' is back" in x for x in err.splitlines()), err
+    assert any("output device 'pulse' is back" in x for x in err.splitlines()), err
+    rms, rate = frame_rms(recording)
+    assert (rms > 0.01).sum() * 0.05 > 1.0, "the reply after the restart was not heard"
+    history = json.loads(history_path.read_text())["history"]
+    assert [m["role"] for m in history] == ["user", "assistant"] * 2
