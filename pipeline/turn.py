@@ -17,6 +17,7 @@ polled until the server's slot is idle. The history then keeps only what was hea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -58,6 +59,10 @@ log = logging.getLogger(__name__)
 
 FRESH_TEMPERATURE = 0.8  # the retry of a reply that said nothing aloud
 MODES = ("streamed", "serial")
+# How long a turn waits for the previous turn's background prime before its own request
+# (the prefill of a few dozen tokens takes ~50-200 ms here; longer means a stalled server,
+# which the turn's own request will report).
+PRIME_WAIT_S = 1.0
 
 
 class TurnError(Exception):
@@ -106,6 +111,11 @@ class TurnConfig:
     # The reply's language for the splitter's abbreviation and ordinal rules (the ASR
     # language); None uses every language's tables (docs/splitter.md).
     language: str | None = None
+    # After each turn that went into the history, prefill the next prompt's start (the
+    # history, the reply as kept, the user's header) before the user's next words, so
+    # the next question pays only for its own words (``TurnRunner.prime_next``). Live paths
+    # (talk, replay --live, serve) turn it on; whole-file replay keeps the old timing.
+    prime_next: bool = False
 
 
 @dataclass
@@ -159,6 +169,10 @@ class TurnRunner:
         self.asr_clock = asr_clock or AsrClock()
         self.turns = 0
         self._current: _Turn | None = None
+        self._priming: asyncio.Task[dict[str, Any] | None] | None = None
+        # The last background prime's server timings (and how long a turn waited for it),
+        # reported once by the next turn's llm.request as ``primed``.
+        self.last_prime: dict[str, Any] | None = None
 
     async def run(self, audio: np.ndarray | None = None, *, text: str | None = None,
                   t0: float | None = None, mode: str | None = None,
@@ -190,10 +204,13 @@ class TurnRunner:
         turn = _Turn(self, rec, mode, confirmed, speech_end_ms, early, rejoined, uncancelled)
         self._current = turn
         try:
-            return await turn.run(audio, text)
+            result = await turn.run(audio, text)
         finally:
             self._current = None
             self.sink.resume()
+        if result.committed and self.config.prime_next:
+            self.prime_next()
+        return result
 
     def recognize(self, audio: np.ndarray,
                   uncancelled: np.ndarray | None = None) -> AsrResult:
@@ -224,16 +241,68 @@ class TurnRunner:
         pays only for its own tokens: in talk's first turn 44 of 50 prompt tokens were
         prefilled while the user waited (~110 ms). One token is generated and dropped.
         False when the server could not do it; the first turn then pays, as before."""
+        return await self._prefill(*self._prime_request()) is not None
+
+    def _prime_request(self) -> tuple[list[Message], ChatOptions]:
+        """The prime's prompt and options, taken now: a caller may change ``config``
+        (serve sets the turn's ``id_slot`` only while it runs) before the request goes."""
         opts = ChatOptions(max_tokens=1, cache_prompt=True, temperature=self.config.temperature,
                            seed=self.config.seed, id_slot=self.config.id_slot)
+        return self.conversation.messages_for(""), opts
+
+    async def _prefill(self, messages: list[Message],
+                       opts: ChatOptions) -> dict[str, Any] | None:
+        """The prime's request: the server's timings, or None when it failed."""
         try:
-            async with self.llm.stream_chat(self.conversation.messages_for(""), opts) as stream:
+            async with self.llm.stream_chat(messages, opts) as stream:
                 async for _ in stream:
                     pass
+                return stream.last_timings
         except LlmError as e:
             log.info("priming the slot failed: %s", e)
-            return False
-        return True
+            return None
+
+    def prime_next(self) -> None:
+        """``prime()`` in the background, after a turn went into the history. The prompt
+        of the next turn starts with exactly what was committed, and the slot held the
+        prompt and reply as generated: the reply as kept (cut at a barge-in or at
+        ``max_sentences``, its text tokenized afresh), its end and the next user header
+        are new to the cache. Prefilled now (the reply has played, or been cut),
+        they leave the next question only its own words; once in a while the kept
+        reply's tokens differ from the generated ones early and that is hundreds of
+        milliseconds (docs/live.md, "The next prompt prefilled"). The next turn waits for
+        it (``primed``) so its request never queues behind it unseen."""
+        if self._priming is not None and not self._priming.done():
+            self._priming.cancel()
+        self._priming = asyncio.get_running_loop().create_task(
+            self._prefill(*self._prime_request()), name="prime")
+
+    async def drop_prime(self) -> None:
+        """The conversation ends: a background prime still running is hung up on (its
+        slot may go to another conversation next)."""
+        task, self._priming = self._priming, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def primed(self) -> None:
+        """Before a turn's request: let a background prime finish (at most
+        ``PRIME_WAIT_S``; a stalled server is the turn's to report) and note what it
+        did for the request's event."""
+        task, self._priming = self._priming, None
+        if task is None:
+            return
+        started = time.perf_counter()
+        try:
+            timings = await asyncio.wait_for(task, PRIME_WAIT_S)
+        except TimeoutError:
+            timings = None
+            log.info("the next prompt's prefill took over %.1f s; dropped", PRIME_WAIT_S)
+        waited = (time.perf_counter() - started) * 1000
+        self.last_prime = {"prompt_n": (timings or {}).get("prompt_n"),
+                           "prompt_ms": (timings or {}).get("prompt_ms"),
+                           "ok": timings is not None, "wait_ms": round(waited, 1)}
 
     @property
     def speaking(self) -> bool:
@@ -429,6 +498,7 @@ class _Turn:
             # over both would cost this turn the earlier audio's ASR time again, and the
             # audio between them holds the cut reply (its echo, with open speakers).
             transcript = join_transcripts(self.rejoined.text, transcript)
+        await self.runner.primed()  # the last turn's prefill, before this turn's request
         # Speech resumed while Whisper ran (or the turn was cut, or a stop signal closed
         # it): no LLM request for a reply nobody will hear.
         if self.abandoned or self.interrupted.is_set():
@@ -573,7 +643,9 @@ class _Turn:
     def on_stream_event(self, ev: StreamEvent, stream: ChatStream,
                         chunker: SpeechChunker) -> None:
         if isinstance(ev, ResponseStarted):  # request_at is set on send
-            self.rec.emit(EventName.LLM_REQUEST, at=stream.request_at)
+            primed, self.runner.last_prime = self.runner.last_prime, None
+            self.rec.emit(EventName.LLM_REQUEST, at=stream.request_at,
+                          **({} if primed is None else {"primed": primed}))
         elif isinstance(ev, RoleChunk):
             self.rec.emit(EventName.LLM_FIRST_CHUNK, at=ev.t)
         elif isinstance(ev, TokenDelta):

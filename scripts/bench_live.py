@@ -78,6 +78,9 @@ class Turn:
     tts_first_ms: float | None
     speculative: bool
     error: str | None
+    # Prompt tokens the server prefilled at the turn's request (the rest was cached):
+    # what priming the next prompt after each turn saves (TurnConfig.prime_next).
+    prompt_n: int | None = None
 
     @property
     def device_ms(self) -> float | None:
@@ -305,7 +308,8 @@ def turns_of(condition: str, round_: int, questions: list[Path], events: list[di
         out.append(Turn(condition, round_, question.name, text, gaps[i - 1] if i <= len(gaps)
                         else None, m.get("speech_end_ms"), m.get("first_audio_ms"),
                         m.get("asr_ms"), m.get("first_sentence_ms"), m.get("tts_first_ms"),
-                        m.get("speculation_confirmed_ms") is not None, error))
+                        m.get("speculation_confirmed_ms") is not None, error,
+                        m.get("prompt_n")))
     return out
 
 
@@ -352,7 +356,8 @@ def table(turns: list[Turn], counts: dict[str, dict[str, int]],
     cols = [("mouth to ear (audio)", "mouth_to_ear_ms"), ("endpoint wait", "speech_end_ms"),
             ("asr", "asr_ms"), ("llm → 1st sentence", "first_sentence_ms"),
             ("tts 1st sentence", "tts_first_ms"), ("t0 → first audio", "first_audio_ms"),
-            ("device / buffers", "device_ms")]
+            ("device / buffers", "device_ms"),
+            ("prompt tokens prefilled at the request", "prompt_n")]
     # A paused question's gap includes the wait its pause asks for: not a mouth-to-ear
     # figure (and with a false endpoint its turns do not line up); counted, not timed.
     timed = [t for t in turns if not t.file.startswith(PAUSED_PREFIX)]

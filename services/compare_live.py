@@ -43,7 +43,7 @@ def live_settings(args: argparse.Namespace) -> dict[str, Any]:
     """compare.json's ``live``: how the turns were taken."""
     return {"pause_ms": args.pause_ms, "gap_ms": args.gap_ms,
             "end_silence_ms": args.end_silence_ms, "complete_ms": args.complete_ms,
-            "learn_pauses": args.learn_pauses}
+            "learn_pauses": args.learn_pauses, "prime": args.prime}
 
 
 async def _measure_live(args: argparse.Namespace, assistant: Assistant, sink: AudioSink,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pipeline.endpoint import EndpointPolicy
@@ -49,6 +49,7 @@ class LiveOptions:
     complete_ms: int = EndpointPolicy.complete_ms  # the endpoint's wait after a whole sentence
     cut_prepared: bool = True  # voice cuts a reply still being prepared (pipeline/bargein.py)
     learn_pauses: bool = True  # the user's pauses lengthen the wait (pipeline/pauses.py)
+    prime: bool = True  # prefill the next prompt's start after each turn (TurnConfig.prime_next)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, speculate: bool | None = None) -> LiveOptions:
@@ -56,7 +57,7 @@ class LiveOptions:
                    pause_ms=args.pause_ms, end_silence_ms=args.end_silence_ms,
                    keep_warm=args.keep_warm, gap_ms=args.gap_ms or None,
                    complete_ms=args.complete_ms, cut_prepared=args.cut_prepared,
-                   learn_pauses=args.learn_pauses)
+                   learn_pauses=args.learn_pauses, prime=args.prime)
 
 
 class LiveConversation:
@@ -78,6 +79,7 @@ class LiveConversation:
         from pipeline.tasks import TaskSet
 
         self.runner = runner
+        runner.config = replace(runner.config, prime_next=options.prime)
         self._bargein = BargeIn(runner, cut_prepared=options.cut_prepared)
         runner.listeners.append(self._bargein.on_event)
         self._segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(
@@ -111,6 +113,7 @@ class LiveConversation:
             await self.taker.close()
         finally:
             await self._tasks.cancel_all()
+            await self.runner.drop_prime()
 
     async def say(self, audio: np.ndarray) -> LiveTurn | None:
         if self._turns:

@@ -15,6 +15,7 @@ import json
 import logging
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -202,7 +203,8 @@ async def _talk(args: argparse.Namespace, mic_name: str, speaker_name: str,
     write_event = turn_options.EventWriter(args.events)
     assistant = await turn_options.assistant_for(args, args.mode)
     sink = PlaybackTap(SoundDeviceSink(device_arg(args.output_device)))
-    runner = assistant.runner(sink, listeners=[write_event, status.on_event])
+    runner = assistant.runner(sink, listeners=[write_event, status.on_event],
+                              config=replace(assistant.config, prime_next=args.prime))
     bargein = BargeIn(runner, cut_prepared=args.cut_prepared)
     runner.listeners.append(bargein.on_event)
     segmenter = UtteranceSegmenter(SileroStream(), SegmenterConfig(

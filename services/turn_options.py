@@ -254,6 +254,11 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
                    help="do not run tiny Whisper and Piper passes while you speak (they keep "
                    "the engines warm for the turn at your pause: ~10%% of the CPU while you "
                    "speak; docs/live.md)")
+    p.add_argument("--no-prime", dest="prime", action="store_false",
+                   help="do not prefill the next prompt's start (the history with the reply "
+                   "as kept, and your next message's header) on the LLM server after each "
+                   "turn; by default it is done while the reply plays, so the next question "
+                   "pays only for its own words (docs/live.md)")
 
 
 def check_live_options(args: argparse.Namespace) -> None:

@@ -207,7 +207,10 @@ class BrowserSession:
         self.outbox = Outbox(ws)
         self.sink = WebSocketSink(self.outbox)
         self.sample_rate = assistant.tts.sample_rate
-        self.runner = assistant.runner(self.sink, Conversation(), listeners=[self.on_event])
+        # prime_next: the next prompt's start prefilled while the reply plays (TurnConfig).
+        self.runner = assistant.runner(self.sink, Conversation(), listeners=[self.on_event],
+                                       config=dataclasses.replace(assistant.config,
+                                                                  prime_next=True))
         self.bargein = BargeIn(self.runner)
         self.runner.listeners.append(self.bargein.on_event)
         self.speculator = PageSpeculator(self.runner, self.outbox, enabled=speculate,
@@ -250,6 +253,7 @@ class BrowserSession:
             self.bargein.trigger("disconnect")
             await self.speculator.close()
             await self.tasks.cancel_all()
+            await self.runner.drop_prime()
             await self.sink.close()
             if self.pool is not None:
                 self.pool.release(self.lease)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from fake_llm import FakeLlm, Reply
 
+from pipeline import turn as turn_module
 from pipeline.audio_out import RealtimeNullSink
 from pipeline.conversation import Conversation
 from pipeline.early_asr import AsrResult
@@ -177,6 +178,80 @@ async def test_prime_against_no_server_is_false_not_an_error() -> None:
         await sink.open(RATE)
         runner = TurnRunner(FakeAsr(), client, FakeTts(), sink, Conversation(), TurnConfig())
         assert await runner.prime() is False
+
+
+def primes(fake: FakeLlm) -> list[dict[str, object]]:
+    return [r.body for r in fake.requests if r.body.get("max_tokens") == 1]
+
+
+async def test_prime_next_prefills_the_kept_history_and_the_next_turn_reports_it(
+        slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, id_slot=1, prime_next=True, max_sentences=2)
+    first = await runner.run(AUDIO)
+    assert first.committed
+    second = await runner.run(AUDIO)
+    await runner.primed()  # the one after the second turn, sent in the background
+    prime = primes(fake)
+    assert len(prime) == 2  # one after each kept turn
+    turn2 = fake.requests[2].body
+    assert fake.requests[1].body is prime[0] and turn2["max_tokens"] != 1
+    # The prime is what the next request starts with: the history with the reply as kept.
+    assert prime[0]["messages"][:-1] == turn2["messages"][:-1]
+    assert prime[0]["messages"][-1] == {"role": "user", "content": ""}
+    assert prime[0]["id_slot"] == 1  # the conversation's own slot
+    request = next(e for e in second.events if e.name == "llm.request")
+    assert request.data["primed"]["ok"] is True
+    assert request.data["primed"]["prompt_n"] is not None
+    assert "primed" not in next(e for e in first.events if e.name == "llm.request").data
+
+
+async def test_without_prime_next_a_turn_sends_only_its_own_request(slow_fake) -> None:
+    fake, client = slow_fake
+    runner = await make_runner(fake, client, max_sentences=2)
+    await runner.run(AUDIO)
+    await runner.run(AUDIO)
+    assert len(fake.requests) == 2 and primes(fake) == []
+
+
+async def test_a_turn_that_kept_nothing_primes_nothing() -> None:
+    failing = Reply(tokens=["Sleep"], error_after=0)  # the stream fails before a word
+    async with FakeLlm(failing) as fake, LlmClient(fake.url) as client:
+        runner = await make_runner(fake, client, prime_next=True)
+        result = await runner.run(AUDIO)
+        assert result.error is not None and not result.committed
+        await asyncio.sleep(0.05)
+        assert len(fake.requests) == 1 and primes(fake) == []
+
+
+async def test_a_stalled_prime_delays_the_next_turn_by_at_most_its_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(turn_module, "PRIME_WAIT_S", 0.3)
+    replies = [Reply(tokens=tokens(SENTENCES[0])), Reply(stall_after=0),
+               Reply(tokens=tokens(SENTENCES[1]))]
+    async with FakeLlm(replies) as fake, LlmClient(fake.url) as client:
+        runner = await make_runner(fake, client, prime_next=True)
+        await runner.run(AUDIO)
+        while len(fake.requests) < 2:  # the prime, which never answers
+            await asyncio.sleep(0.01)
+        started = asyncio.get_running_loop().time()
+        second = await runner.run(AUDIO)
+        assert asyncio.get_running_loop().time() - started < 5  # not stuck behind it
+        assert second.error is None and second.reply == SENTENCES[1]
+        primed = next(e for e in second.events if e.name == "llm.request").data["primed"]
+        assert primed["ok"] is False and primed["wait_ms"] >= 250
+
+
+async def test_a_conversation_that_ends_hangs_up_on_its_prime() -> None:
+    replies = [Reply(tokens=tokens(SENTENCES[0])), Reply(stall_after=0)]
+    async with FakeLlm(replies) as fake, LlmClient(fake.url) as client:
+        runner = await make_runner(fake, client, prime_next=True)
+        await runner.run(AUDIO)
+        while len(fake.requests) < 2:  # the prime, which never answers
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(runner.drop_prime(), 2)
+        await fake.wait_disconnect()  # the server sees the connection go
+        await runner.primed()  # nothing left to wait for
 
 
 async def test_max_sentences_hangs_up_and_keeps_only_spoken_sentences(slow_fake) -> None:
