@@ -180,6 +180,14 @@ async def test_prime_against_no_server_is_false_not_an_error() -> None:
         assert await runner.prime() is False
 
 
+async def requests_seen(fake: FakeLlm, n: int, limit_s: float = 5.0) -> None:
+    for _ in range(int(limit_s / 0.01)):
+        if len(fake.requests) >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{len(fake.requests)} requests, not {n}, after {limit_s} s")
+
+
 def primes(fake: FakeLlm) -> list[dict[str, object]]:
     return [r.body for r in fake.requests if r.body.get("max_tokens") == 1]
 
@@ -232,8 +240,7 @@ async def test_a_stalled_prime_delays_the_next_turn_by_at_most_its_wait(
     async with FakeLlm(replies) as fake, LlmClient(fake.url) as client:
         runner = await make_runner(fake, client, prime_next=True)
         await runner.run(AUDIO)
-        while len(fake.requests) < 2:  # the prime, which never answers
-            await asyncio.sleep(0.01)
+        await requests_seen(fake, 2)  # the turn's and the prime's, which never answers
         started = asyncio.get_running_loop().time()
         second = await runner.run(AUDIO)
         assert asyncio.get_running_loop().time() - started < 5  # not stuck behind it
@@ -247,8 +254,7 @@ async def test_a_conversation_that_ends_hangs_up_on_its_prime() -> None:
     async with FakeLlm(replies) as fake, LlmClient(fake.url) as client:
         runner = await make_runner(fake, client, prime_next=True)
         await runner.run(AUDIO)
-        while len(fake.requests) < 2:  # the prime, which never answers
-            await asyncio.sleep(0.01)
+        await requests_seen(fake, 2)  # the turn's and the prime's, which never answers
         await asyncio.wait_for(runner.drop_prime(), 2)
         await fake.wait_disconnect()  # the server sees the connection go
         await runner.primed()  # nothing left to wait for
