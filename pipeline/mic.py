@@ -491,6 +491,8 @@ class MicSource:
                 block = (self._queue.get_nowait() if not self._queue.empty()
                          else await asyncio.wait_for(self._queue.get(), _CHECK_S))
             except TimeoutError:
+                if self._closed:  # while the device was being opened again
+                    return
                 if self._stream is not None and stream_ended(self._stream):
                     await self._reopen()
                     quiet_since, warned = time.monotonic(), False
@@ -546,4 +548,4 @@ class MicSource:
         stream, self._stream = self._stream, None
         if stream is not None:
             await asyncio.to_thread(close_stream, stream)
-            self._put(None)  # ends the iteration of whoever is reading
+        self._put(None)  # ends the iteration of whoever is reading

@@ -179,7 +179,7 @@ class PlaybackTap:
         if self._settled or not self._played or not isinstance(self.inner, HeardClock):
             return
         blocks = self.inner.heard_blocks()
-        if len(blocks) != self._blocks_seen:  # only when the device took another block
+        if blocks and len(blocks) != self._blocks_seen:  # when the device took another
             self._blocks_seen = len(blocks)
             when, audio, rate = self._played[-1]
             heard = sum(n for _, n in blocks)

@@ -167,12 +167,12 @@ class SoundDeviceSink:
         samples = as_int16(samples)
         if self._stream is None and not self._lost:
             raise RuntimeError("SoundDeviceSink.play() before open()")
-        if self._stopped or samples.size == 0:
-            with self._lock:
-                self._blocks = []  # heard_from() must not date this call by the last one
-            return 0
+        with self._lock:
+            self._blocks = []  # heard_from() must not date this call by the last one
         if self._lost or self._ended():
-            await self._reopen()
+            await self._reopen(stopped=self._stopped)
+        if self._stopped or samples.size == 0:
+            return 0
         loop = asyncio.get_running_loop()
         consumed: asyncio.Future[float] = loop.create_future()
         wake: asyncio.Future[float] = loop.create_future()
@@ -215,10 +215,11 @@ class SoundDeviceSink:
         flushing = self._flusher is not None and self._flusher.is_alive()
         return self._stream is not None and not flushing and stream_ended(self._stream)
 
-    async def _reopen(self) -> None:
+    async def _reopen(self, *, stopped: bool) -> None:
         """A stream that ended by itself since the last play (the sound server restarted,
         the device was replugged) is opened again before this one: a restart costs no
-        reply. Still gone: open()'s one-line AudioDeviceError."""
+        reply. Still gone: open()'s one-line AudioDeviceError. ``stopped``: the sink was
+        stopped (a barge-in) and stays so; opening resets it."""
         log.warning("output device %s stopped taking audio (its stream ended); opening it "
                     "again", device_name(self.device))
         rate = self.sample_rate
@@ -234,6 +235,7 @@ class SoundDeviceSink:
                 f"or the sound server stopped) and does not open again ({why}); check it: "
                 "the next reply tries again") from None
         self._lost = False
+        self._stopped = self._stopped or stopped
         self.reopened += 1
         log.warning("output device %s is back", device_name(self.device))
 

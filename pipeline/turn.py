@@ -299,6 +299,9 @@ class TurnRunner:
         except TimeoutError:
             timings = None
             log.info("the next prompt's prefill took over %.1f s; dropped", PRIME_WAIT_S)
+        except Exception:  # a prime never fails a turn: the request prefills what it must
+            timings = None
+            log.exception("the next prompt's prefill failed")
         waited = (time.perf_counter() - started) * 1000
         self.last_prime = {"prompt_n": (timings or {}).get("prompt_n"),
                            "prompt_ms": (timings or {}).get("prompt_ms"),

@@ -576,6 +576,18 @@ async def test_a_play_after_the_stream_ended_opens_the_device_again(
     assert asked == [RATE]  # alive now: not opened again
 
 
+async def test_a_stopped_sink_opened_again_stays_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A barge-in stopped the sink before its stream was found ended: opening the device
+    again (which resets the stop) must not play the rest of the cut reply."""
+    sink, asked = ended_speaker(monkeypatch)
+    sink.stop()
+    assert await sink.play(ramp(0.1)) == 0
+    assert asked == [RATE] and sink._stopped
+    sink.resume()
+    assert await sink.play(ramp(0.1)) == int(0.1 * RATE)
+
+
 async def test_a_device_that_does_not_open_again_is_one_line_and_tried_at_the_next_play(
         monkeypatch: pytest.MonkeyPatch) -> None:
     sink, asked = ended_speaker(monkeypatch)

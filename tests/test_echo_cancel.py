@@ -115,6 +115,24 @@ async def test_an_output_that_ran_dry_delays_the_rest_of_the_far_end() -> None:
     assert tap.level(10.28) == pytest.approx(rms(ramp[2880:3200]), rel=1e-3)
 
 
+async def test_a_device_that_has_taken_no_block_yet_leaves_the_far_end_as_scheduled() -> None:
+    """The tap asks while a play waits for the device (opened again after the sound
+    server restarted, say): an empty block list, after blocks had been seen, keeps the
+    schedule from the play call instead of failing (an IndexError ended talk)."""
+    device = Device()
+    tap = PlaybackTap(device)  # type: ignore[arg-type]
+    task = asyncio.create_task(tap.play(np.full(1600, 8000, np.int16)))
+    await asyncio.sleep(0)
+    device.blocks = [(10.0, 800)]  # the last play's, still reported
+    tap.played_between(10.0, 10.1, SAMPLE_RATE)
+    device.blocks = []  # the new play started: nothing heard of it yet
+    assert tap.played_between(10.0, 10.1, SAMPLE_RATE).size == 1600
+    device.blocks = [(10.0, 1600)]
+    device.go.set()
+    await task
+    assert tap.played_between(10.0, 10.1, SAMPLE_RATE) == pytest.approx(8000 / 32768)
+
+
 def test_the_echo_of_the_reply_is_taken_out(voice: np.ndarray) -> None:
     mic = ECHO_GUARD.mix(voice, 0.5, None, 0.0)
     out = cancelled(mic, voice)

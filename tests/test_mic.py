@@ -476,6 +476,20 @@ async def test_a_microphone_whose_stream_ended_is_opened_again_and_goes_on(
     assert any("'usb mic' is back" in m for m in said), said
 
 
+async def test_a_microphone_closed_while_it_is_opened_again_ends_its_blocks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeline.sound_device import AudioDeviceError
+
+    source, tries = ended_microphone(monkeypatch, AudioDeviceError("cannot open it"))
+    asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(source.close()))
+    got = await asyncio.wait_for(_collect(source), 2)  # no error: it was closed, not lost
+    assert len(got) == 1 and len(tries) >= 1
+
+
+async def _collect(source: MicSource) -> list[MicBlock]:
+    return [block async for block in source]
+
+
 async def test_a_quiet_but_open_microphone_is_warned_about_once_and_kept(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """A PulseAudio null sink's monitor delivers nothing for up to ~3 s after opening, so
