@@ -491,8 +491,6 @@ class MicSource:
                 block = (self._queue.get_nowait() if not self._queue.empty()
                          else await asyncio.wait_for(self._queue.get(), _CHECK_S))
             except TimeoutError:
-                if self._closed:  # while the device was being opened again
-                    return
                 if self._stream is not None and stream_ended(self._stream):
                     await self._reopen()
                     quiet_since, warned = time.monotonic(), False

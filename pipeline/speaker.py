@@ -170,7 +170,7 @@ class SoundDeviceSink:
         with self._lock:
             self._blocks = []  # heard_from() must not date this call by the last one
         if self._lost or self._ended():
-            await self._reopen(stopped=self._stopped)
+            await self._reopen()
         if self._stopped or samples.size == 0:
             return 0
         loop = asyncio.get_running_loop()
@@ -215,14 +215,14 @@ class SoundDeviceSink:
         flushing = self._flusher is not None and self._flusher.is_alive()
         return self._stream is not None and not flushing and stream_ended(self._stream)
 
-    async def _reopen(self, *, stopped: bool) -> None:
+    async def _reopen(self) -> None:
         """A stream that ended by itself since the last play (the sound server restarted,
         the device was replugged) is opened again before this one: a restart costs no
-        reply. Still gone: open()'s one-line AudioDeviceError. ``stopped``: the sink was
-        stopped (a barge-in) and stays so; opening resets it."""
+        reply. Still gone: open()'s one-line AudioDeviceError. A sink stopped by a
+        barge-in stays stopped (opening resets it)."""
         log.warning("output device %s stopped taking audio (its stream ended); opening it "
                     "again", device_name(self.device))
-        rate = self.sample_rate
+        rate, stopped = self.sample_rate, self._stopped
         await self.close()
         self._lost = True  # until it opens: every play tries again
         try:

@@ -257,8 +257,8 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prime", dest="prime", action="store_false",
                    help="do not prefill the next prompt's start (the history with the reply "
                    "as kept, and your next message's header) on the LLM server after each "
-                   "turn; by default it is done while the reply plays, so the next question "
-                   "pays only for its own words (docs/live.md)")
+                   "turn; by default it is done once the reply has played (or been cut), so the "
+                   "next question pays only for its own words (docs/live.md)")
 
 
 def check_live_options(args: argparse.Namespace) -> None:

@@ -207,7 +207,7 @@ class BrowserSession:
         self.outbox = Outbox(ws)
         self.sink = WebSocketSink(self.outbox)
         self.sample_rate = assistant.tts.sample_rate
-        # prime_next: the next prompt's start prefilled while the reply plays (TurnConfig).
+        # prime_next: the next prompt's start prefilled once a kept turn ends (TurnConfig).
         self.runner = assistant.runner(self.sink, Conversation(), listeners=[self.on_event],
                                        config=dataclasses.replace(assistant.config,
                                                                   prime_next=True))
